@@ -1,0 +1,58 @@
+"""The builder passes use to make IR: `b.matmul(x, w)`, `b.transpose(dy, perm=(1, 0))`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from compiler.diagnostics import Location
+from compiler.ir import DType, Dense, Func, Op, TensorType, Value, lookup_op
+
+
+class Builder:
+    """Inserts ops into `func` before position `index` (at the end if None), all with location `loc`."""
+
+    def __init__(self, func: Func, index: int | None = None, loc: Location | None = None):
+        self.func = func
+        self.index = index
+        self.loc = loc
+
+    def create(self, op: type[Op] | str, operands: list[Value], attrs: dict[str, Any] | None = None) -> Op:
+        cls = lookup_op(op) if isinstance(op, str) else op
+        if cls is None:
+            raise KeyError(f"no op named {op}")
+        new = cls(list(operands), attrs or {}, None, self.loc)
+        if self.index is None:
+            self.func.ops.append(new)
+        else:
+            self.func.ops.insert(self.index, new)
+            self.index += 1
+        return new
+
+    def constant(self, value, dtype: DType | None = None) -> Value:
+        return self.create("graph.constant", [], {"value": Dense.of(np.asarray(value), dtype)}).result
+
+    def __getattr__(self, short: str):
+        cls = lookup_op(f"graph.{short}")
+        if cls is None:
+            raise AttributeError(f"no op graph.{short}")
+
+        def make(*operands: Value, **attrs: Any) -> Value | tuple[Value, ...]:
+            op = self.create(cls, list(operands), attrs)
+            return op.results[0] if len(op.results) == 1 else tuple(op.results)
+
+        return make
+
+
+def new_func(name: str, args: dict[str, TensorType]) -> tuple[Func, Builder, list[Value]]:
+    """A fresh function with the given arguments, and a builder appending to it."""
+    values = [Value(t, n) for n, t in args.items()]
+    f = Func(name, values, [])
+    return f, Builder(f), values
+
+
+def finish(f: Func, *results: Value) -> Func:
+    f.results = list(results)
+    f.result_types = [v.type for v in results]
+    return f

@@ -1,0 +1,123 @@
+"""Diagnostics: `file:line:col: error: message`, the source line and a caret."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True, eq=False)
+class Source:
+    """A named text the parser read; locations point into it."""
+
+    name: str
+    text: str | None = None
+
+    def line(self, n: int) -> str | None:
+        text = self.text
+        if text is None:
+            try:
+                text = Path(self.name).read_text()
+            except (OSError, UnicodeDecodeError):
+                return None
+        lines = text.splitlines()
+        return lines[n - 1] if 0 < n <= len(lines) else None
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where an op came from. `fused` holds every location an op made from others remembers."""
+
+    file: str
+    line: int
+    col: int
+    source: Source | None = field(default=None, compare=False, repr=False, hash=False)
+    fused: tuple[Location, ...] = ()
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}:{self.col}"
+
+    def all(self) -> tuple[Location, ...]:
+        """This location and every one fused into it, without duplicates, in order."""
+        out: list[Location] = []
+        for loc in (self, *self.fused):
+            base = Location(loc.file, loc.line, loc.col, loc.source)
+            if base not in out:
+                out.append(base)
+        return tuple(out)
+
+    @staticmethod
+    def merge(locs: list[Location | None]) -> Location | None:
+        """The location of an op built from several: the first, remembering the others."""
+        flat: list[Location] = []
+        for loc in locs:
+            for one in loc.all() if loc else ():
+                if one not in flat:
+                    flat.append(one)
+        if not flat:
+            return None
+        first = flat[0]
+        return Location(first.file, first.line, first.col, first.source, tuple(flat[1:]))
+
+
+UNKNOWN = Location("<unknown>", 0, 0)
+
+
+@dataclass
+class Diagnostic:
+    message: str
+    loc: Location | None = None
+    severity: str = "error"
+    notes: list[tuple[Location | None, str]] = field(default_factory=list)
+
+    def render(self) -> str:
+        out = [_render_one(self.loc, self.severity, self.message)]
+        out += [_render_one(loc, "note", msg) for loc, msg in self.notes]
+        return "\n".join(out)
+
+
+def _render_one(loc: Location | None, severity: str, message: str) -> str:
+    if loc is None or loc.line == 0:
+        return f"{severity}: {message}"
+    head = f"{loc}: {severity}: {message}"
+    line = loc.source.line(loc.line) if loc.source else Source(loc.file).line(loc.line)
+    if line is None:
+        return head
+    caret = " " * (len(line[: loc.col - 1].expandtabs()) if loc.col > 0 else 0) + "^"
+    return f"{head}\n{line.expandtabs()}\n{caret}"
+
+
+class GCError(Exception):
+    """A user's mistake: one or more diagnostics. The CLI prints them and exits with 1."""
+
+    def __init__(self, diagnostics: list[Diagnostic] | Diagnostic | str, loc: Location | None = None):
+        if isinstance(diagnostics, str):
+            diagnostics = [Diagnostic(diagnostics, loc)]
+        elif isinstance(diagnostics, Diagnostic):
+            diagnostics = [diagnostics]
+        self.diagnostics = list(diagnostics)
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        return "\n".join(d.render() for d in self.diagnostics)
+
+    @property
+    def message(self) -> str:
+        return self.diagnostics[0].message
+
+
+class DiagnosticCollector:
+    """Gathers diagnostics so that one pass over the input reports every problem once."""
+
+    def __init__(self) -> None:
+        self.diagnostics: list[Diagnostic] = []
+
+    def error(self, message: str, loc: Location | None, notes=()) -> None:
+        self.diagnostics.append(Diagnostic(message, loc, "error", list(notes)))
+
+    def add(self, err: GCError) -> None:
+        self.diagnostics.extend(err.diagnostics)
+
+    def raise_if_any(self) -> None:
+        if self.diagnostics:
+            raise GCError(self.diagnostics)

@@ -1,0 +1,550 @@
+"""The IR: dtypes, tensor types, attributes, values, ops, functions, modules.
+
+An op class declares its operands and attributes once (`x = operand()`, `perm = attribute(...)`);
+that declaration gives the constructor's checks, the accessors and the printed form.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any, ClassVar, Iterator
+
+import ml_dtypes
+import numpy as np
+
+from compiler.diagnostics import GCError, Location
+
+
+class DType(enum.Enum):
+    f16 = "f16"
+    bf16 = "bf16"
+    f32 = "f32"
+    f64 = "f64"
+    i1 = "i1"
+    i8 = "i8"
+    i32 = "i32"
+    i64 = "i64"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @property
+    def np(self) -> np.dtype:
+        return _NUMPY[self]
+
+    @property
+    def is_float(self) -> bool:
+        return self in (DType.f16, DType.bf16, DType.f32, DType.f64)
+
+    @property
+    def is_int(self) -> bool:
+        return self in (DType.i8, DType.i32, DType.i64)
+
+    @property
+    def is_bool(self) -> bool:
+        return self is DType.i1
+
+    @property
+    def itemsize(self) -> int:
+        return self.np.itemsize
+
+    @property
+    def tvm(self) -> str:
+        return _TVM[self]
+
+    @staticmethod
+    def from_numpy(dt: np.dtype) -> DType:
+        for k, v in _NUMPY.items():
+            if np.dtype(dt) == v:
+                return k
+        raise ValueError(f"no GIR dtype for numpy dtype {dt}")
+
+
+_NUMPY = {
+    DType.f16: np.dtype(np.float16),
+    DType.bf16: np.dtype(ml_dtypes.bfloat16),
+    DType.f32: np.dtype(np.float32),
+    DType.f64: np.dtype(np.float64),
+    DType.i1: np.dtype(np.bool_),
+    DType.i8: np.dtype(np.int8),
+    DType.i32: np.dtype(np.int32),
+    DType.i64: np.dtype(np.int64),
+}
+_TVM = {
+    DType.f16: "float16",
+    DType.bf16: "bfloat16",
+    DType.f32: "float32",
+    DType.f64: "float64",
+    DType.i1: "bool",
+    DType.i8: "int8",
+    DType.i32: "int32",
+    DType.i64: "int64",
+}
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """`tensor<2x3xf32>`; a scalar is `tensor<f32>` (shape ())."""
+
+    shape: tuple[int, ...]
+    dtype: DType
+
+    def __str__(self) -> str:
+        return "tensor<" + "".join(f"{d}x" for d in self.shape) + str(self.dtype) + ">"
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def with_shape(self, shape) -> TensorType:
+        return TensorType(tuple(int(d) for d in shape), self.dtype)
+
+    def with_dtype(self, dtype: DType) -> TensorType:
+        return TensorType(self.shape, dtype)
+
+
+# --- attributes -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, eq=False)
+class Dense:
+    """A constant tensor: `dense<[1.0, 2.0]> : tensor<2xf32>` or the splat `dense<0.5> : tensor<4xf32>`."""
+
+    array: np.ndarray
+    type: TensorType
+
+    @staticmethod
+    def of(array, dtype: DType | None = None) -> Dense:
+        arr = np.asarray(array)
+        dtype = dtype or DType.from_numpy(arr.dtype)
+        arr = np.ascontiguousarray(arr.astype(dtype.np))
+        arr.setflags(write=False)
+        return Dense(arr, TensorType(tuple(arr.shape), dtype))
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Dense) or self.type != other.type:
+            return False
+        return bool(np.array_equal(self.array, other.array, equal_nan=self.type.dtype.is_float))
+
+    def __hash__(self) -> int:
+        return hash((self.type, self.array.tobytes()))
+
+
+@dataclass(frozen=True)
+class SymbolRef:
+    """A reference to a function: `@name`."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return "@" + self.name
+
+
+REQUIRED = object()
+
+
+class AttrSpec:
+    """What an attribute accepts: int, float, bool, str, DType, Dense, SymbolRef or a list of ints/floats."""
+
+    def __init__(self, kind, *, default=REQUIRED, choices: tuple[str, ...] | None = None, doc: str = ""):
+        self.kind = kind
+        self.default = default
+        self.choices = choices
+        self.doc = doc
+        self.name = ""
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, op, owner=None):
+        if op is None:
+            return self
+        return op.attrs.get(self.name, None if self.default is REQUIRED else self.default)
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+    def describe(self) -> str:
+        return {
+            int: "an integer",
+            float: "a float",
+            bool: "a bool",
+            str: "a string",
+            DType: "a dtype",
+            Dense: "a dense tensor",
+            SymbolRef: "a symbol (@name)",
+            "ints": "a list of integers",
+            "floats": "a list of floats",
+        }[self.kind]
+
+    def coerce(self, value: Any) -> Any:
+        """The canonical form of `value`, or TypeError with a message a user can act on."""
+        k = self.kind
+        if k is int and isinstance(value, int) and not isinstance(value, bool):
+            return int(value)
+        if k is float and isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+        if k is bool and isinstance(value, bool):
+            return value
+        if k is str and isinstance(value, str):
+            if self.choices and value not in self.choices:
+                opts = ", ".join(f'"{c}"' for c in self.choices)
+                raise TypeError(f'attribute \'{self.name}\' must be one of {opts}, got "{value}"')
+            return value
+        if k in (DType, Dense, SymbolRef) and isinstance(value, k):
+            return value
+        if k in ("ints", "floats") and isinstance(value, (list, tuple)):
+            elem = AttrSpec(int if k == "ints" else float)
+            try:
+                return tuple(elem.coerce(v) for v in value)
+            except TypeError:
+                pass
+        raise TypeError(f"attribute '{self.name}' must be {self.describe()}, got {format_attr(value)}")
+
+
+def attribute(kind, default=REQUIRED, *, choices=None, doc: str = "") -> Any:
+    """Declare an attribute on an op class; `list[int]` is written `"ints"`."""
+    return AttrSpec(kind, default=default, choices=choices, doc=doc)
+
+
+class OperandSpec:
+    def __init__(self, *, optional: bool = False, variadic: bool = False, doc: str = ""):
+        self.optional = optional
+        self.variadic = variadic
+        self.doc = doc
+        self.name = ""
+        self.index = 0
+
+    def __set_name__(self, owner, name: str) -> None:
+        self.name = name
+
+    def __get__(self, op, owner=None):
+        if op is None:
+            return self
+        return op.operand_groups()[self.index]
+
+
+def operand(*, optional: bool = False, variadic: bool = False, doc: str = "") -> Any:
+    """Declare an operand: one value, an optional trailing one, or any number (`variadic`)."""
+    return OperandSpec(optional=optional, variadic=variadic, doc=doc)
+
+
+def format_attr(v: Any) -> str:
+    """An attribute value as GIR text."""
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, float):
+        return format_float(v)
+    if isinstance(v, str):
+        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(v, (list, tuple)):
+        return "[" + ", ".join(format_attr(x) for x in v) + "]"
+    if isinstance(v, (DType, SymbolRef)):
+        return str(v)
+    if isinstance(v, Dense):
+        return format_dense(v)
+    raise TypeError(f"not an attribute value: {v!r}")
+
+
+def format_float(v: float, dtype: DType = DType.f64) -> str:
+    if np.isnan(v):
+        return "nan"
+    if np.isinf(v):
+        return "inf" if v > 0 else "-inf"
+    s = repr(float(v)) if dtype is DType.f64 else str(dtype.np.type(v))
+    return s if any(c in s for c in ".e") else s + ".0"
+
+
+def format_dense(d: Dense) -> str:
+    arr, dt = d.array, d.type.dtype
+    if dt.is_bool:
+        elem = lambda x: "true" if x else "false"  # noqa: E731
+    elif dt.is_float:
+        elem = lambda x: format_float(x, dt)  # noqa: E731
+    else:
+        elem = lambda x: str(int(x))  # noqa: E731
+    flat = arr.reshape(-1)
+    if flat.size > 0 and (flat == flat[0]).all() or (flat.size > 1 and dt.is_float and np.isnan(flat).all()):
+        body = elem(flat[0])
+    else:
+        body = _nested(arr, elem)
+    return f"dense<{body}> : {d.type}"
+
+
+def _nested(arr: np.ndarray, elem) -> str:
+    if arr.ndim == 0:
+        return elem(arr[()])
+    if arr.ndim == 1:
+        return "[" + ", ".join(elem(x) for x in arr.tolist()) + "]"
+    return "[" + ", ".join(_nested(a, elem) for a in arr) + "]"
+
+
+# --- values and ops ---------------------------------------------------------------------------
+
+
+class Value:
+    """An SSA value: a function argument or an op's result."""
+
+    __slots__ = ("type", "name", "owner", "index", "loc")
+
+    def __init__(self, type: TensorType | None, name: str | None = None, owner: Op | None = None, index: int = 0):
+        self.type = type
+        self.name = name
+        self.owner = owner
+        self.index = index
+        self.loc: Location | None = None
+
+    def __repr__(self) -> str:
+        return f"%{self.name or '?'}: {self.type}"
+
+
+OP_REGISTRY: dict[str, type[Op]] = {}
+
+
+class Op:
+    """Base of every op. Subclasses: `class Relu(Op, name="graph.relu")` with operand/attribute specs."""
+
+    name: ClassVar[str] = ""
+    operand_specs: ClassVar[tuple[OperandSpec, ...]] = ()
+    attr_specs: ClassVar[dict[str, AttrSpec]] = {}
+    # How fusion treats the op, TVM's classification: elementwise, broadcast, injective, reduction,
+    # out-elementwise-fusable (matmul, conv2d) or opaque.
+    kind: ClassVar[str] = "opaque"
+
+    def __init_subclass__(cls, name: str | None = None, **kw):
+        super().__init_subclass__(**kw)
+        specs: list[OperandSpec] = []
+        attrs: dict[str, AttrSpec] = {}
+        for klass in reversed(cls.__mro__):
+            for key, v in vars(klass).items():
+                if isinstance(v, OperandSpec) and v not in specs:
+                    specs.append(v)
+                elif isinstance(v, AttrSpec):
+                    attrs[key] = v
+        for i, s in enumerate(specs):
+            s.index = i
+        cls.operand_specs = tuple(specs)
+        cls.attr_specs = attrs
+        if name is not None:
+            cls.name = name
+            OP_REGISTRY[name] = cls
+
+    def __init__(
+        self,
+        operands: list[Value],
+        attrs: dict[str, Any] | None = None,
+        result_types: list[TensorType | None] | None = None,
+        loc: Location | None = None,
+    ):
+        self.loc = loc
+        self.operands: list[Value] = list(operands)
+        self.attrs = self.check_attrs(attrs or {}, loc)
+        self.check_operand_count(len(self.operands), loc)
+        types = list(result_types) if result_types is not None else None
+        if types is None:
+            inferred = self.infer_types()
+            types = list(inferred)
+        self.results = [Value(t, None, self, i) for i, t in enumerate(types)]
+
+    # -- declaration-driven checks --
+
+    @classmethod
+    def check_operand_count(cls, n: int, loc: Location | None) -> None:
+        specs = cls.operand_specs
+        fixed = sum(1 for s in specs if not s.optional and not s.variadic)
+        if any(s.variadic for s in specs):
+            if n < max(fixed, 1):
+                raise GCError(f"{cls.name}: expected at least {max(fixed, 1)} operands, got {n}", loc)
+            return
+        optional = sum(1 for s in specs if s.optional)
+        if not fixed <= n <= fixed + optional:
+            want = str(fixed) if not optional else f"{fixed} or {fixed + optional}"
+            raise GCError(f"{cls.name}: expected {want} operand{'s' if want != '1' else ''}, got {n}", loc)
+
+    @classmethod
+    def check_attrs(cls, attrs: dict[str, Any], loc: Location | None, locs: dict[str, Location] | None = None):
+        """Coerce the given attributes, fill defaults; unknown, missing or ill-typed ones are errors."""
+        locs = locs or {}
+        out: dict[str, Any] = {}
+        for key, value in attrs.items():
+            spec = cls.attr_specs.get(key)
+            if spec is None:
+                known = ", ".join(cls.attr_specs) or "none"
+                raise GCError(f"{cls.name}: unknown attribute '{key}' (known: {known})", locs.get(key, loc))
+            try:
+                out[key] = spec.coerce(value)
+            except TypeError as e:
+                raise GCError(f"{cls.name}: {e}", locs.get(key, loc)) from None
+        for key, spec in cls.attr_specs.items():
+            if key in out:
+                continue
+            if spec.required:
+                raise GCError(f"{cls.name}: missing required attribute '{key}' ({spec.describe()})", loc)
+            if spec.default is not None:
+                out[key] = spec.default
+        return {k: out[k] for k in cls.attr_specs if k in out}
+
+    def operand_groups(self) -> list:
+        """Operands grouped by spec: a Value, None for an absent optional, a list for a variadic."""
+        specs, vals = self.operand_specs, self.operands
+        if any(s.variadic for s in specs):
+            nfixed = len(specs) - 1
+            vi = next(i for i, s in enumerate(specs) if s.variadic)
+            nvar = len(vals) - nfixed
+            return [*vals[:vi], list(vals[vi : vi + nvar]), *vals[vi + nvar :]]
+        return [vals[i] if i < len(vals) else None for i in range(len(specs))]
+
+    def _group(self, items: list) -> list:
+        """Group a list parallel to `operands` (types, arrays) the way operand_groups does."""
+        specs = self.operand_specs
+        if any(s.variadic for s in specs):
+            vi = next(i for i, s in enumerate(specs) if s.variadic)
+            nvar = len(items) - (len(specs) - 1)
+            return [*items[:vi], list(items[vi : vi + nvar]), *items[vi + nvar :]]
+        return [items[i] if i < len(items) else None for i in range(len(specs))]
+
+    # -- what each op defines --
+
+    def infer(self, *types):
+        """Result type(s) from operand types; raise self.error(...) on a mismatch."""
+        raise NotImplementedError
+
+    def reference(self, *arrays):
+        """NumPy semantics: plainly right rather than fast."""
+        raise NotImplementedError
+
+    # -- helpers --
+
+    def infer_types(self) -> tuple[TensorType, ...]:
+        out = self.infer(*self._group([v.type for v in self.operands]))
+        return (out,) if isinstance(out, TensorType) else tuple(out)
+
+    def evaluate(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """Run `reference` and cast each result to its declared type."""
+        # Low-precision floats are computed in f32 and rounded once, as compiled code does.
+        arrays = [a.astype(np.float32) if a.dtype in _LOW_FLOATS else a for a in arrays]
+        out = self.reference(*self._group(list(arrays)))
+        outs = (out,) if not isinstance(out, (tuple, list)) else out
+        res = []
+        for r, v in zip(outs, self.results):
+            a = np.asarray(r)
+            if a.dtype != v.type.dtype.np:
+                a = a.astype(v.type.dtype.np)
+            res.append(a.reshape(v.type.shape))
+        return res
+
+    def error(self, message: str) -> GCError:
+        return GCError(f"{self.name}: {message}", self.loc)
+
+    @property
+    def result(self) -> Value:
+        assert len(self.results) == 1, f"{self.name} has {len(self.results)} results"
+        return self.results[0]
+
+    def attr_key(self) -> tuple:
+        """Hashable identity of the attributes (for CSE)."""
+        return tuple((k, _hashable(v)) for k, v in sorted(self.attrs.items()))
+
+    def __repr__(self) -> str:
+        from compiler.printer import print_op
+
+        return print_op(self)
+
+
+_LOW_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
+
+
+def _hashable(v):
+    if isinstance(v, float) and np.isnan(v):
+        return ("nan",)
+    return v
+
+
+class Func:
+    """`func @name(%args...) -> (types) { ops; return values }`"""
+
+    def __init__(self, name: str, args: list[Value], result_types: list[TensorType], loc: Location | None = None):
+        self.name = name
+        self.args = args
+        self.result_types = result_types
+        self.ops: list[Op] = []
+        self.results: list[Value] = []
+        self.attrs: dict[str, Any] = {}
+        self.loc = loc
+        self.return_loc: Location | None = None
+
+    def users(self) -> dict[Value, list[tuple[Op | None, int]]]:
+        """Every use of every value: (op, operand index), or (None, i) for the i-th returned value."""
+        uses: dict[Value, list] = {}
+        for op in self.ops:
+            for i, v in enumerate(op.operands):
+                uses.setdefault(v, []).append((op, i))
+        for i, v in enumerate(self.results):
+            uses.setdefault(v, []).append((None, i))
+        return uses
+
+    def replace_all_uses(self, old: Value, new: Value) -> None:
+        for op in self.ops:
+            op.operands = [new if v is old else v for v in op.operands]
+        self.results = [new if v is old else v for v in self.results]
+
+    def values(self) -> Iterator[Value]:
+        yield from self.args
+        for op in self.ops:
+            yield from op.results
+
+
+class Module:
+    """An ordered collection of functions."""
+
+    def __init__(self, funcs: list[Func] | None = None):
+        self.funcs: dict[str, Func] = {}
+        for f in funcs or []:
+            self.add(f)
+
+    def add(self, f: Func) -> Func:
+        self.funcs[f.name] = f
+        return f
+
+    def __getitem__(self, name: str) -> Func:
+        return self.funcs[name]
+
+    def __contains__(self, name: str) -> bool:
+        return name in self.funcs
+
+    def __iter__(self) -> Iterator[Func]:
+        return iter(list(self.funcs.values()))
+
+    def __str__(self) -> str:
+        from compiler.printer import print_module
+
+        return print_module(self)
+
+
+class Dialect:
+    """A named, explicit list of ops (`GRAPH = Dialect("graph", [Transpose, MatMul, ...])`)."""
+
+    def __init__(self, name: str, ops: list[type[Op]]):
+        self.name = name
+        self.ops = list(ops)
+        for op in ops:
+            assert op.name.startswith(name + "."), f"{op.name} is not in dialect {name}"
+            assert OP_REGISTRY.get(op.name) is op, f"{op.name} is registered twice"
+
+
+def lookup_op(name: str) -> type[Op] | None:
+    import dialects  # noqa: F401  (registers every dialect's ops)
+
+    return OP_REGISTRY.get(name)

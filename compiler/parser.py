@@ -1,0 +1,356 @@
+"""GIR text -> IR. Grammar in gir.lark (LALR); every op, value use and attribute keeps its line:col.
+
+The parser resolves names and attributes; types are inferred and checked by the verifier, so both
+hand-written files and pass output go through the same checks. Every problem found is reported once.
+"""
+
+from __future__ import annotations
+
+import difflib
+from functools import lru_cache
+from pathlib import Path
+
+import lark
+import numpy as np
+
+from compiler.diagnostics import DiagnosticCollector, GCError, Location, Source
+from compiler.ir import DType, Dense, Func, Module, Op, SymbolRef, TensorType, Value, lookup_op, OP_REGISTRY
+
+_DTYPES = {d.value: d for d in DType}
+_INT64 = (-(2**63), 2**63 - 1)
+
+_TOKEN_NAMES = {
+    "VALUE": "a %value",
+    "SYMBOL": "a @symbol",
+    "TENSOR_TYPE": "a tensor type",
+    "OP_NAME": "an op name",
+    "IDENT": "a name",
+    "NUMBER": "a number",
+    "STRING": "a string",
+    "RETURN": "'return'",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "LBRACE": "'{'",
+    "RBRACE": "'}'",
+    "LSQB": "'['",
+    "RSQB": "']'",
+    "COMMA": "','",
+    "COLON": "':'",
+    "EQUAL": "'='",
+    "MORETHAN": "'>'",
+    "LESSTHAN": "'<'",
+    "__ANON_0": "'->'",
+    "FUNC": "'func'",
+    "DENSE": "'dense'",
+    "ATTRIBUTES": "'attributes'",
+    "LOC": "'loc'",
+    "FUSED": "'fused'",
+}
+
+
+@lru_cache(maxsize=1)
+def _lark() -> lark.Lark:
+    grammar = (Path(__file__).parent / "gir.lark").read_text()
+    return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+def parse_file(path: str | Path) -> Module:
+    """Parse a .gir file; a user mistake raises GCError with every diagnostic."""
+    p = Path(path)
+    try:
+        text = p.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise GCError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    return parse(text, str(path))
+
+
+def parse(text: str, filename: str = "<input>", *, verify: bool = True, line_offset: int = 0) -> Module:
+    """Parse GIR text into a verified module."""
+    source = Source(filename, ("\n" * line_offset) + text if line_offset else text)
+    try:
+        tree = _lark().parse(source.text)
+    except lark.exceptions.UnexpectedInput as e:
+        raise GCError(_syntax_message(e), Location(filename, e.line, e.column, source)) from None
+    module = _Builder(source).module(tree)
+    if verify:
+        from compiler.verifier import verify_module
+
+        verify_module(module, infer_missing=True)
+    return module
+
+
+def _syntax_message(e: lark.exceptions.UnexpectedInput) -> str:
+    if isinstance(e, lark.exceptions.UnexpectedCharacters):
+        return f"unexpected character {e.char!r}"
+    if isinstance(e, lark.exceptions.UnexpectedEOF) or getattr(e, "token", None) is not None and e.token.type == "$END":
+        return "unexpected end of input"
+    tok = e.token
+    expected = sorted({_TOKEN_NAMES.get(t, repr(t.lower())) for t in (e.expected or ()) if t != "$END"})
+    got = f"'{tok}'" if tok.type != "$END" else "end of input"
+    if len(expected) > 6:
+        return f"unexpected {got}"
+    return f"unexpected {got}; expected " + (" or ".join(expected) if len(expected) <= 2 else ", ".join(expected))
+
+
+class _Builder:
+    """Walks the parse tree, building IR and collecting diagnostics."""
+
+    def __init__(self, source: Source):
+        self.source = source
+        self.diag = DiagnosticCollector()
+
+    def loc(self, tok) -> Location:
+        return Location(self.source.name, tok.line, tok.column, self.source)
+
+    def module(self, tree) -> Module:
+        module = Module()
+        for ft in tree.children:
+            f = self.func(ft)
+            if f is None:
+                continue
+            if f.name in module:
+                prev = module[f.name]
+                self.diag.error(f"redefinition of function @{f.name}", f.loc, [(prev.loc, "previous definition here")])
+                continue
+            module.add(f)
+        self.diag.raise_if_any()
+        return module
+
+    # -- types ------------------------------------------------------------------------------
+
+    def tensor_type(self, tok) -> TensorType | None:
+        inner = tok.value[len("tensor<") : -1]
+        parts = inner.split("x") if inner else [""]
+        *dims, dt = parts
+        col = tok.column + len("tensor<")
+        shape = []
+        for d in dims:
+            if not d.isdigit():
+                loc = Location(self.source.name, tok.line, col, self.source)
+                self.diag.error(f"invalid dimension '{d}' in {tok.value}: dimensions are non-negative integers", loc)
+                return None
+            shape.append(int(d))
+            col += len(d) + 1
+        if dt not in _DTYPES:
+            loc = Location(self.source.name, tok.line, col, self.source)
+            hint = difflib.get_close_matches(dt, list(_DTYPES), 1)
+            more = f"; did you mean {hint[0]}?" if hint else f" (dtypes: {' '.join(_DTYPES)})"
+            self.diag.error(f"unknown dtype '{dt}' in {tok.value}{more}", loc)
+            return None
+        return TensorType(tuple(shape), _DTYPES[dt])
+
+    # -- functions --------------------------------------------------------------------------
+
+    def func(self, t) -> Func | None:
+        sym, args_t, results_t, attrs_t, loc_t, body_t = t.children
+        floc = self.explicit_loc(loc_t) or self.loc(sym)
+        scope: dict[str, tuple[Value, Location]] = {}
+        args = []
+        for at in args_t.children if args_t is not None else ():
+            vtok, ttok, aloc = at.children
+            v = Value(self.tensor_type(ttok), vtok.value[1:])
+            v.loc = self.explicit_loc(aloc) or self.loc(vtok)
+            self.define(scope, v, vtok)
+            args.append(v)
+        rtypes = [self.tensor_type(x) for x in results_t.children] if results_t is not None else []
+        f = Func(sym.value[1:], args, rtypes, floc)
+        if attrs_t is not None:
+            f.attrs, _ = self.attr_dict(attrs_t.children[0])
+        *op_trees, ret = body_t.children
+        later = self.later_definitions(op_trees)
+        for ot in op_trees:
+            op = self.op(ot, scope, later)
+            if op is not None:
+                f.ops.append(op)
+        rtok, vals_t, rloc = ret.children
+        f.return_loc = self.explicit_loc(rloc) or self.loc(rtok)
+        vals = [self.use(scope, later, v) for v in (vals_t.children if vals_t is not None else ())]
+        f.results = [v if v is not None else Value(None) for v in vals]
+        return f
+
+    def later_definitions(self, op_trees) -> dict[str, object]:
+        out = {}
+        for ot in op_trees:
+            res = ot.children[0]
+            for tok in res.children if res is not None else ():
+                out.setdefault(tok.value, tok)
+        return out
+
+    def define(self, scope, v: Value, tok) -> None:
+        name = tok.value
+        if name in scope:
+            _, prev = scope[name]
+            self.diag.error(f"redefinition of value {name}", self.loc(tok), [(prev, "previous definition here")])
+            return
+        scope[name] = (v, self.loc(tok))
+
+    def use(self, scope, later, tok) -> Value | None:
+        if tok.value in scope:
+            return scope[tok.value][0]
+        if tok.value in later:
+            d = later[tok.value]
+            self.diag.error(
+                f"use of value {tok.value} before its definition", self.loc(tok), [(self.loc(d), "defined here")]
+            )
+        else:
+            near = difflib.get_close_matches(tok.value, list(scope), 1)
+            hint = f"; did you mean {near[0]}?" if near else ""
+            self.diag.error(f"use of undefined value {tok.value}{hint}", self.loc(tok))
+        return None
+
+    # -- ops ----------------------------------------------------------------------------------
+
+    def op(self, t, scope, later) -> Op | None:
+        res_t, name_tok, operands_t, attrs_t, sig_t, loc_t = t.children
+        result_toks = list(res_t.children) if res_t is not None else []
+        loc = self.explicit_loc(loc_t) or self.loc(name_tok)
+        nresults = len(result_toks)
+        poisoned = [Value(None, tok.value[1:]) for tok in result_toks]
+
+        def bail() -> None:
+            for v, tok in zip(poisoned, result_toks):
+                self.define(scope, v, tok)
+
+        cls = OP_REGISTRY.get(name_tok.value) or lookup_op(name_tok.value)
+        if cls is None:
+            self.diag.error(f"unknown op '{name_tok.value}'{self.suggest(name_tok.value)}", self.loc(name_tok))
+            return bail()
+        operand_toks = list(operands_t.children) if operands_t is not None else []
+        operands = [self.use(scope, later, v) for v in operand_toks]
+        attrs, attr_locs = self.attr_dict(attrs_t) if attrs_t is not None else ({}, {})
+        types = None
+        if sig_t is not None:
+            types = [self.tensor_type(x) for x in sig_t.children]
+            if len(types) != nresults:
+                self.diag.error(
+                    f"{cls.name}: {nresults} result name(s) but {len(types)} result type(s)", self.loc(name_tok)
+                )
+                return bail()
+        try:
+            cls.check_operand_count(len(operands), loc)
+            attrs = cls.check_attrs(attrs, loc, attr_locs)
+        except GCError as e:
+            self.diag.add(e)
+            return bail()
+        if any(o is None for o in operands) or attrs is None:
+            return bail()
+        op = cls(operands, attrs, types if types is not None else [None] * nresults, loc)
+        for v, tok in zip(op.results, result_toks):
+            v.name = tok.value[1:]
+            self.define(scope, v, tok)
+        return op
+
+    def suggest(self, name: str) -> str:
+        names = list(OP_REGISTRY)
+        near = difflib.get_close_matches(name, names, 1, cutoff=0.6)
+        if not near and "." not in name:
+            near = [n for n in names if n.split(".", 1)[-1] == name]
+        if not near:
+            short = {n.split(".", 1)[-1]: n for n in names}
+            m = difflib.get_close_matches(name.split(".")[-1], list(short), 1, cutoff=0.6)
+            near = [short[m[0]]] if m else []
+        return f"; did you mean {near[0]}?" if near else ""
+
+    # -- attributes ---------------------------------------------------------------------------
+
+    def attr_dict(self, t) -> tuple[dict, dict]:
+        attrs, locs = {}, {}
+        for entry in t.children:
+            key, val = entry.children
+            if key.value in attrs:
+                self.diag.error(f"attribute '{key.value}' given twice", self.loc(key))
+                continue
+            try:
+                attrs[key.value] = self.attr_value(val)
+            except GCError as e:
+                self.diag.add(e)
+                attrs[key.value] = None
+            locs[key.value] = self.loc(key)
+        bad = [k for k, v in attrs.items() if v is None]
+        for k in bad:
+            del attrs[k]
+        if bad:
+            return attrs, locs  # already reported
+        return attrs, locs
+
+    def attr_value(self, t):
+        if isinstance(t, lark.Token):
+            return self.scalar_token(t, allow_dtype=True)
+        if t.data == "number":
+            return self.number(t.children[0])
+        if t.data == "string":
+            s = t.children[0].value[1:-1]
+            return s.encode().decode("unicode_escape") if "\\" in s else s
+        if t.data == "ident":
+            return self.scalar_token(t.children[0], allow_dtype=True)
+        if t.data == "symbol":
+            return SymbolRef(t.children[0].value[1:])
+        if t.data == "list":
+            return tuple(self.attr_value(c) for c in t.children)
+        if t.data == "dense":
+            return self.dense(t)
+        raise AssertionError(t.data)
+
+    def number(self, tok):
+        s = tok.value
+        if any(c in s.lower() for c in ".en") or "inf" in s:
+            return float(s)
+        v = int(s)
+        if not _INT64[0] <= v <= _INT64[1]:
+            raise GCError(f"integer {s} does not fit in 64 bits", self.loc(tok))
+        return v
+
+    def scalar_token(self, tok, allow_dtype: bool):
+        if tok.type == "NUMBER":
+            return self.number(tok)
+        if tok.value in ("true", "false"):
+            return tok.value == "true"
+        if allow_dtype and tok.value in _DTYPES:
+            return _DTYPES[tok.value]
+        raise GCError(f"unknown attribute value '{tok.value}' (expected a number, true, false, a dtype, ...)", self.loc(tok))
+
+    def dense(self, t) -> Dense:
+        body, ttok = t.children
+        ty = self.tensor_type(ttok)
+        if ty is None:
+            raise GCError("invalid dense type", self.loc(ttok))
+        lit = self.dense_literal(body)
+        loc = self.loc(ttok)
+        try:
+            if ty.dtype.is_bool:
+                arr = np.array(lit, dtype=object)
+                if not all(isinstance(x, bool) for x in arr.reshape(-1)):
+                    raise GCError(f"dense values of {ty} must be true or false", loc)
+            arr = np.array(lit, dtype=np.float64 if ty.dtype.is_float else object)
+        except ValueError:
+            raise GCError(f"dense literal is not rectangular for {ty}", loc) from None
+        if arr.ndim == 0:
+            arr = np.broadcast_to(arr, ty.shape)
+        elif tuple(arr.shape) != ty.shape:
+            raise GCError(f"dense literal has shape {list(arr.shape)} but its type is {ty}", loc)
+        if ty.dtype.is_int:
+            flat = arr.reshape(-1)
+            if any(isinstance(x, (float, bool)) for x in flat):
+                raise GCError(f"dense values of {ty} must be integers", loc)
+            info = np.iinfo(ty.dtype.np)
+            if any(not info.min <= int(x) <= info.max for x in flat):
+                raise GCError(f"dense value out of range for {ty.dtype}", loc)
+        return Dense.of(np.array(arr.tolist() if arr.dtype == object else arr).astype(ty.dtype.np), ty.dtype)
+
+    def dense_literal(self, t):
+        if isinstance(t, lark.Tree) and t.data == "list":
+            return [self.dense_literal(c) for c in t.children]
+        tok = t.children[0] if isinstance(t, lark.Tree) else t
+        v = self.scalar_token(tok, allow_dtype=False)
+        return v
+
+    # -- locations ----------------------------------------------------------------------------
+
+    def explicit_loc(self, t) -> Location | None:
+        if t is None:
+            return None
+        items = []
+        for it in t.children:
+            f, line, col = it.children
+            items.append(Location(f.value[1:-1], int(line.value), int(col.value)))
+        return Location.merge(items)

@@ -1,0 +1,46 @@
+"""Test helpers: run one op through print -> parse -> verify -> interpret."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compiler.builder import finish, new_func
+from compiler.interpreter import run
+from compiler.ir import DType, Module, TensorType
+from compiler.parser import parse
+
+
+def run_op(name: str, *arrays: np.ndarray, **attrs) -> np.ndarray | tuple[np.ndarray, ...]:
+    """Build `graph.<name>(args) {attrs}`, round-trip it through text, and run it on the interpreter.
+
+    Returns one array, or a tuple for a multi-result op."""
+    args = {f"a{i}": TensorType(tuple(a.shape), DType.from_numpy(a.dtype)) for i, a in enumerate(arrays)}
+    f, b, vals = new_func("main", args)
+    out = getattr(b, name)(*vals, **attrs)
+    outs = out if isinstance(out, tuple) else (out,)
+    finish(f, *outs)
+    module = Module([f])
+    text = str(module)
+    again = parse(text, "<run_op>")
+    assert str(again) == text, f"round trip changed the module:\n{text}\n---\n{again}"
+    res = run(again, list(arrays))
+    return tuple(res) if isinstance(out, tuple) else res[0]
+
+
+def infer_error(name: str, *types: str, **attrs) -> str:
+    """The diagnostic message for an op applied to operands of the given types (e.g. "tensor<2x3xf32>")."""
+    from compiler.diagnostics import GCError
+
+    from compiler.ir import format_attr
+
+    args = ", ".join(f"%a{i}: {t}" for i, t in enumerate(types))
+    operands = ", ".join(f"%a{i}" for i in range(len(types)))
+    attr_text = ""
+    if attrs:
+        attr_text = " {" + ", ".join(f"{k} = {format_attr(v)}" for k, v in attrs.items()) + "}"
+    text = f"func @main({args}) -> tensor<f32> {{\n  %r = graph.{name}({operands}){attr_text}\n  return %r\n}}\n"
+    try:
+        parse(text, "t.gir")
+    except GCError as e:
+        return e.diagnostics[0].message
+    raise AssertionError("expected a diagnostic")

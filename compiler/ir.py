@@ -126,7 +126,7 @@ class Dense:
     def of(array, dtype: DType | None = None) -> Dense:
         arr = np.asarray(array)
         dtype = dtype or DType.from_numpy(arr.dtype)
-        arr = np.ascontiguousarray(arr.astype(dtype.np))
+        arr = np.array(arr, dtype=dtype.np, order="C", copy=True)
         arr.setflags(write=False)
         return Dense(arr, TensorType(tuple(arr.shape), dtype))
 

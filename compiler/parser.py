@@ -71,11 +71,19 @@ def parse(text: str, filename: str = "<input>", *, verify: bool = True, line_off
         tree = _lark().parse(source.text)
     except lark.exceptions.UnexpectedInput as e:
         raise GCError(_syntax_message(e), Location(filename, e.line, e.column, source)) from None
-    module = _Builder(source).module(tree)
+    builder = _Builder(source)
+    module = builder.module(tree)
+    errors = builder.diag.diagnostics
     if verify:
         from compiler.verifier import verify_module
 
-        verify_module(module, infer_missing=True)
+        try:
+            verify_module(module, infer_missing=True)
+        except GCError as e:
+            errors = errors + e.diagnostics
+    if errors:
+        key = lambda d: (d.loc.line, d.loc.col) if d.loc else (0, 0)  # noqa: E731
+        raise GCError(sorted(errors, key=key))
     return module
 
 
@@ -113,7 +121,6 @@ class _Builder:
                 self.diag.error(f"redefinition of function @{f.name}", f.loc, [(prev.loc, "previous definition here")])
                 continue
             module.add(f)
-        self.diag.raise_if_any()
         return module
 
     # -- types ------------------------------------------------------------------------------
@@ -155,7 +162,7 @@ class _Builder:
         rtypes = [self.tensor_type(x) for x in results_t.children] if results_t is not None else []
         f = Func(sym.value[1:], args, rtypes, floc)
         if attrs_t is not None:
-            f.attrs, _ = self.attr_dict(attrs_t.children[0])
+            f.attrs = self.attr_dict(attrs_t.children[0])[0] or {}
         *op_trees, ret = body_t.children
         later = self.later_definitions(op_trees)
         for ot in op_trees:
@@ -218,6 +225,8 @@ class _Builder:
         operand_toks = list(operands_t.children) if operands_t is not None else []
         operands = [self.use(scope, later, v) for v in operand_toks]
         attrs, attr_locs = self.attr_dict(attrs_t) if attrs_t is not None else ({}, {})
+        if attrs is None:
+            return bail()
         types = None
         if sig_t is not None:
             types = [self.tensor_type(x) for x in sig_t.children]
@@ -232,7 +241,7 @@ class _Builder:
         except GCError as e:
             self.diag.add(e)
             return bail()
-        if any(o is None for o in operands) or attrs is None:
+        if any(o is None for o in operands):
             return bail()
         op = cls(operands, attrs, types if types is not None else [None] * nresults, loc)
         for v, tok in zip(op.results, result_toks):
@@ -266,11 +275,8 @@ class _Builder:
                 self.diag.add(e)
                 attrs[key.value] = None
             locs[key.value] = self.loc(key)
-        bad = [k for k, v in attrs.items() if v is None]
-        for k in bad:
-            del attrs[k]
-        if bad:
-            return attrs, locs  # already reported
+        if any(v is None for v in attrs.values()):
+            return None, locs  # already reported; checking the rest would only repeat it
         return attrs, locs
 
     def attr_value(self, t):

@@ -6,18 +6,24 @@ from compiler.diagnostics import Location
 from compiler.ir import Func, Module, Op, Value, format_attr
 
 
+WIDTH = 100
+
+
 def print_module(module: Module, *, debuginfo: bool = False) -> str:
     return "\n".join(print_func(f, debuginfo=debuginfo) for f in module)
 
 
 def print_func(f: Func, *, debuginfo: bool = False) -> str:
     names = _Namer(f)
-    args = ", ".join(f"{names[a]}: {a.type}" + _loc(a.loc, debuginfo) for a in f.args)
-    sig = f"func @{f.name}({args})"
+    args = [f"{names[a]}: {a.type}" + _loc(a.loc, debuginfo) for a in f.args]
+    ret = ""
     if len(f.result_types) == 1:
-        sig += f" -> {f.result_types[0]}"
+        ret = f" -> {f.result_types[0]}"
     elif f.result_types:
-        sig += " -> (" + ", ".join(str(t) for t in f.result_types) + ")"
+        ret = " -> (" + ", ".join(str(t) for t in f.result_types) + ")"
+    sig = f"func @{f.name}(" + ", ".join(args) + ")" + ret
+    if len(sig) > WIDTH:  # one argument per line keeps big signatures readable
+        sig = f"func @{f.name}(\n" + ",\n".join("    " + a for a in args) + "\n)" + ret
     if f.attrs:
         sig += " attributes " + _attr_dict(f.attrs)
     sig += _loc(f.loc, debuginfo)

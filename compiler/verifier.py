@@ -26,12 +26,13 @@ def _verify_func(f: Func, module: Module, diag: DiagnosticCollector, infer_missi
             diag.error(f"@{f.name}: argument %{a.name} appears twice", a.loc or f.loc)
         defined.add(a)
     for op in f.ops:
+        if any(v.type is None for v in op.operands):
+            defined.update(op.results)
+            continue  # already reported where the operand went wrong
         for i, v in enumerate(op.operands):
             if v not in defined:
                 where = "later" if v.owner in f.ops else "outside this function"
                 diag.error(f"{op.name}: operand #{i} (%{v.name}) is defined {where}: not dominated", op.loc)
-        if any(v.type is None for v in op.operands):
-            continue  # already reported where the operand went wrong
         _verify_op(op, module, diag, infer_missing)
         for r in op.results:
             if r in defined:
@@ -57,6 +58,8 @@ def _verify_op(op: Op, module: Module, diag: DiagnosticCollector, infer_missing:
             r.type = t
         elif r.type != t:
             diag.error(f"{op.name}: result type {r.type} does not match the inferred type {t}", op.loc)
+            if infer_missing:
+                r.type = None  # poison it, so its users do not report the same mistake again
 
 
 def _verify_return(f: Func, defined: set[Value], diag: DiagnosticCollector) -> None:

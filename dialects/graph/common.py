@@ -6,14 +6,15 @@ from compiler.ir import DType, Op, TensorType
 
 
 def normalize_axis(op: Op, axis: int, rank: int, what: str = "axis") -> int:
-    """A negative axis counts from the end; out of range is the op's error."""
-    if not -rank <= axis < max(rank, 1):
+    """A negative axis counts from the end; out of range (any axis of a scalar) is the op's error."""
+    if not -rank <= axis < rank:
         raise op.error(f"{what} {axis} is out of range for rank {rank}")
-    return axis % rank if rank else 0
+    return axis % rank
 
 
 def normalize_axes(op: Op, axes, rank: int, what: str = "axes") -> tuple[int, ...]:
-    out = tuple(normalize_axis(op, a, rank, what[:-1] if what.endswith("s") else what) for a in axes)
+    one = "axis" if what == "axes" else what.removesuffix("s")
+    out = tuple(normalize_axis(op, a, rank, one) for a in axes)
     if len(set(out)) != len(out):
         raise op.error(f"{what} {list(axes)} repeat an axis")
     return out

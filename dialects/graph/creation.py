@@ -1,3 +1,107 @@
-"""TODO"""
+"""Ops that make values from nothing but attributes: constant, and call of another function."""
 
-OPS: list = []
+from __future__ import annotations
+
+import difflib
+
+import numpy as np
+
+from compiler.diagnostics import Location
+from compiler.interpreter import run_func
+from compiler.ir import Dense, Func, Module, Op, SymbolRef, TensorType, attribute, operand
+
+
+class Constant(Op, name="graph.constant"):
+    """A literal tensor:  %c = graph.constant {value = dense<1.0> : tensor<4xf32>} : tensor<4xf32>"""
+
+    # Its own kind: fusion folds a constant into whichever kernel reads it rather than launching one.
+    kind = "constant"
+    value = attribute(Dense)
+
+    def infer(self) -> TensorType:
+        return self.value.type
+
+    def reference(self) -> np.ndarray:
+        return np.array(self.value.array)
+
+    def flops(self) -> int:
+        return 0
+
+
+class Call(Op, name="graph.call"):
+    """Call a function of the module:  %y = graph.call(%x, %w) {callee = @layer} : tensor<64x10xf32>"""
+
+    kind = "opaque"
+    args = operand(variadic=True)
+    callee = attribute(SymbolRef)
+
+    @classmethod
+    def check_operand_count(cls, n: int, loc: Location | None) -> None:
+        pass  # any number, zero included: a function may take no arguments
+
+    def infer(self, args: list[TensorType]) -> tuple[TensorType, ...]:
+        # The callee's signature lives in the module, which infer cannot see: the types written on the op
+        # stand, and verify_symbols checks them against the callee.
+        types = [r.type for r in getattr(self, "results", [None])]
+        if any(t is None for t in types):
+            raise self.error("cannot infer the result types of a call; write them")
+        return tuple(types)
+
+    def verify_symbols(self, module: Module) -> None:
+        """Check the callee exists, takes these operand types, returns these result types, and does not recurse."""
+        f = self.lookup(module)
+        if any(a.type is None for a in f.args) or any(t is None for t in f.result_types):
+            return  # the callee's signature is already in error; comparing with it would only repeat that
+        if len(self.operands) != len(f.args):
+            raise self.error(f"@{f.name} takes {len(f.args)} argument(s), got {len(self.operands)}")
+        for i, (v, a) in enumerate(zip(self.operands, f.args)):
+            if v.type != a.type:
+                raise self.error(f"operand #{i} has type {v.type} but @{f.name} expects {a.type} for %{a.name}")
+        if len(self.results) != len(f.result_types):
+            raise self.error(f"@{f.name} returns {len(f.result_types)} value(s), got {len(self.results)} result(s)")
+        for i, (r, t) in enumerate(zip(self.results, f.result_types)):
+            if r.type != t:
+                raise self.error(f"result #{i} has type {r.type} but @{f.name} returns {t}")
+        cycle = _call_cycle(module, f, self)
+        if cycle:
+            path = " -> ".join("@" + g.name for g in cycle)
+            raise self.error(f"recursive call: {path}; GIR has no control flow, so it would never end")
+
+    def lookup(self, module: Module) -> Func:
+        name = self.callee.name
+        if name not in module:
+            near = difflib.get_close_matches(name, list(module.funcs), 1)
+            hint = f"; did you mean @{near[0]}?" if near else ""
+            raise self.error(f"unknown function @{name}{hint}")
+        return module[name]
+
+    def interpret(self, module: Module, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        """Run the callee on the reference interpreter."""
+        return run_func(module, self.lookup(module), list(arrays))
+
+    def flops(self) -> int:
+        return 0
+
+
+def _call_cycle(module: Module, start: Func, call: Call) -> list[Func] | None:
+    """The chain of functions from `start` back to the function holding `call`, if there is one."""
+    home = next((g for g in module if any(op is call for op in g.ops)), None)
+    if home is None:
+        return None
+    stack: list[tuple[Func, list[Func]]] = [(start, [home, start])]
+    seen: set[str] = set()
+    while stack:
+        g, path = stack.pop()
+        if g is home:
+            return path
+        if g.name in seen:
+            continue
+        seen.add(g.name)
+        for op in g.ops:
+            if isinstance(op, Call) and op.callee.name in module:
+                nxt = module[op.callee.name]
+                stack.append((nxt, [*path, nxt]))
+    return None
+
+
+OPS = [Constant, Call]

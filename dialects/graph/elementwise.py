@@ -36,6 +36,7 @@ class Unary(Op):
     kind = "elementwise"
     x = operand()
     floats_only = True
+    positive_domain = False
 
     def infer(self, x: TensorType) -> TensorType:
         (require_float if self.floats_only else require_numeric)(self, x)
@@ -44,9 +45,13 @@ class Unary(Op):
     def reference(self, x: np.ndarray) -> np.ndarray:
         return self.fn(x)
 
+    def input_range(self, index: int) -> tuple[float, float] | None:
+        """Random inputs for log/sqrt/rsqrt stay inside their domain."""
+        return (0.5, 2.0) if self.positive_domain else None
 
-def unary(name: str, fn, doc: str, floats_only: bool = True) -> type[Op]:
-    return _define(Unary, name, fn, doc, floats_only=floats_only)
+
+def unary(name: str, fn, doc: str, floats_only: bool = True, positive: bool = False) -> type[Op]:
+    return _define(Unary, name, fn, doc, floats_only=floats_only, positive_domain=positive)
 
 
 def _sigmoid(x):
@@ -56,9 +61,9 @@ def _sigmoid(x):
 Neg = unary("graph.neg", np.negative, "-x:  %y = graph.neg(%x) : tensor<4xf32>", floats_only=False)
 Abs = unary("graph.abs", np.abs, "|x|:  %y = graph.abs(%x) : tensor<4xf32>", floats_only=False)
 Exp = unary("graph.exp", np.exp, "e^x:  %y = graph.exp(%x) : tensor<4xf32>")
-Log = unary("graph.log", np.log, "natural log:  %y = graph.log(%x) : tensor<4xf32>")
-Sqrt = unary("graph.sqrt", np.sqrt, "square root:  %y = graph.sqrt(%x) : tensor<4xf32>")
-Rsqrt = unary("graph.rsqrt", lambda x: 1 / np.sqrt(x), "1/sqrt(x):  %y = graph.rsqrt(%x) : tensor<4xf32>")
+Log = unary("graph.log", np.log, "natural log:  %y = graph.log(%x) : tensor<4xf32>", positive=True)
+Sqrt = unary("graph.sqrt", np.sqrt, "square root:  %y = graph.sqrt(%x) : tensor<4xf32>", positive=True)
+Rsqrt = unary("graph.rsqrt", lambda x: 1 / np.sqrt(x), "1/sqrt(x):  %y = graph.rsqrt(%x) : tensor<4xf32>", positive=True)
 Reciprocal = unary("graph.reciprocal", lambda x: 1 / x, "1/x:  %y = graph.reciprocal(%x) : tensor<4xf32>")
 Tanh = unary("graph.tanh", np.tanh, "tanh:  %y = graph.tanh(%x) : tensor<4xf32>")
 Sigmoid = unary("graph.sigmoid", _sigmoid, "1/(1+e^-x):  %y = graph.sigmoid(%x) : tensor<4xf32>")

@@ -1,3 +1,79 @@
-"""TODO"""
+"""Losses: softmax cross-entropy over class indices and mean squared error, each a scalar.
 
-OPS: list = []
+The scalar has the floating-point operands' dtype (`tensor<f32>` for f32 inputs). The mean over
+an empty batch is NaN, as in PyTorch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compiler.ir import DType, Op, TensorType, operand
+from dialects.graph.common import require_float, require_rank, same_dtype
+
+
+class SoftmaxCrossEntropy(Op, name="graph.softmax_cross_entropy"):
+    """mean_n -log_softmax(logits)[n, labels[n]]:  %l = graph.softmax_cross_entropy(%x, %y) : tensor<f32>"""
+
+    # Opaque: a row-wise log-sum-exp, a gather by a run-time label and a mean over the batch are two
+    # reductions over different axes around a data-dependent index, which no single fused kernel pattern fits.
+    kind = "opaque"
+    logits = operand()
+    labels = operand()
+
+    def infer(self, logits: TensorType, labels: TensorType) -> TensorType:
+        require_float(self, logits, "logits")
+        require_rank(self, logits, 2, "logits")
+        if labels.dtype not in (DType.i32, DType.i64):
+            raise self.error(f"labels must be i32 or i64 class indices, got {labels}")
+        require_rank(self, labels, 1, "labels")
+        if labels.shape[0] != logits.shape[0]:
+            raise self.error(f"batch sizes differ: {logits.shape[0]} rows of logits vs {labels.shape[0]} labels")
+        return TensorType((), logits.dtype)
+
+    def reference(self, logits: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        n, c = logits.shape
+        bad = np.flatnonzero((labels < 0) | (labels >= c))
+        if bad.size:
+            i = int(bad[0])
+            raise self.error(f"label {int(labels[i])} at position {i} is out of range [0, {c})")
+        x = logits.astype(np.float64)
+        m = np.max(x, axis=1, keepdims=True)
+        log_probs = x - m - np.log(np.sum(np.exp(x - m), axis=1, keepdims=True))
+        picked = log_probs[np.arange(n), labels.astype(np.int64)]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return -np.sum(picked) / n
+
+    def input_range(self, index: int) -> tuple[int, int] | None:
+        """Valid integer values [lo, hi) for operand `index`: the class indices of the labels."""
+        return (0, self.operands[0].type.shape[1]) if index == 1 else None
+
+    def flops(self) -> int:
+        return self.operands[0].type.size
+
+
+class MseLoss(Op, name="graph.mse_loss"):
+    """mean((a - b)^2) over every element:  %l = graph.mse_loss(%x, %y) : tensor<f32>"""
+
+    # A reduction: the subtract-and-square is elementwise and fuses into the one full reduction after it.
+    kind = "reduction"
+    a = operand()
+    b = operand()
+
+    def infer(self, a: TensorType, b: TensorType) -> TensorType:
+        dtype = same_dtype(self, a, b)
+        require_float(self, a)
+        if a.shape != b.shape:
+            raise self.error(f"operand shapes differ: {a} vs {b}")
+        return TensorType((), dtype)
+
+    def reference(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        d = a.astype(np.float64) - b.astype(np.float64)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.sum(d * d) / d.size
+
+    def flops(self) -> int:
+        return self.operands[0].type.size
+
+
+OPS = [SoftmaxCrossEntropy, MseLoss]

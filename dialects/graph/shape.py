@@ -1,3 +1,370 @@
-"""TODO"""
+"""Shape ops: reshape, transpose, concat, split, slice, broadcast_to, squeeze, unsqueeze, flatten, pad, gather.
 
-OPS: list = []
+They move data without arithmetic, so every one is "injective" for fusion and costs no flops. Each keeps
+its operand's dtype. Where an op must resolve its attributes against the input shape (reshape's -1,
+slice's clamping), one helper does it for both `infer` and `reference`, so the two cannot disagree.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from compiler.ir import DType, Op, TensorType, attribute, operand
+from dialects.graph.common import broadcast_shapes, normalize_axis, same_dtype
+
+
+def _dims(shape) -> str:
+    return "[" + ", ".join(str(d) for d in shape) + "]"
+
+
+def _axes(op: Op, axes: tuple[int, ...], rank: int) -> tuple[int, ...]:
+    """Normalized axes; out of range or repeated is the op's error."""
+    # Checked here rather than by normalize_axis, which lets a scalar have an axis 0.
+    bad = [a for a in axes if not -rank <= a < rank]
+    if bad:
+        raise op.error(f"axis {bad[0]} is out of range for rank {rank}")
+    out = tuple(a % rank for a in axes)
+    if len(set(out)) != len(out):
+        raise op.error(f"axes {list(axes)} repeat an axis")
+    return out
+
+
+class ShapeOp(Op):
+    """Base of the data-movement ops: injective for fusion, no arithmetic."""
+
+    kind = "injective"
+
+    def flops(self) -> int:
+        return 0
+
+
+# --- reshape, transpose -----------------------------------------------------------------------------
+
+
+class Reshape(ShapeOp, name="graph.reshape"):
+    """Same elements, new shape:  %y = graph.reshape(%x) {shape = [2, -1]} : tensor<2x6xf32>"""
+
+    x = operand()
+    shape = attribute("ints")
+
+    def target(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
+        """The result shape: 0 copies the input's size at that position (ONNX allowzero=0), -1 is inferred."""
+        want, rank = _dims(self.shape), len(in_shape)
+        if list(self.shape).count(-1) > 1:
+            raise self.error(f"shape {want} has more than one -1")
+        out = []
+        for i, d in enumerate(self.shape):
+            if d < -1:
+                raise self.error(f"shape {want} has a negative size {d}")
+            if d == 0 and i >= rank:
+                raise self.error(f"shape {want}: 0 at position {i} copies an input size, but the input has rank {rank}")
+            out.append(in_shape[i] if d == 0 else d)
+        n = math.prod(in_shape)
+        known = math.prod(d for d in out if d != -1)
+        if -1 not in out:
+            if known != n:
+                raise self.error(f"cannot reshape {_dims(in_shape)} ({n} elements) to {want} ({known} elements)")
+            return tuple(out)
+        if known == 0:
+            raise self.error(f"shape {want}: -1 is ambiguous when the other sizes multiply to 0")
+        if n % known:
+            why = f"{n} is not divisible by {known}"
+            raise self.error(f"cannot reshape {_dims(in_shape)} ({n} elements) to {want}: {why}")
+        out[out.index(-1)] = n // known
+        return tuple(out)
+
+    def infer(self, x: TensorType) -> TensorType:
+        return x.with_shape(self.target(x.shape))
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        return x.reshape(self.target(x.shape))
+
+
+class Transpose(ShapeOp, name="graph.transpose"):
+    """Permute the axes (reversed if perm is absent):  %y = graph.transpose(%x) {perm = [1, 0]} : tensor<3x2xf32>"""
+
+    x = operand()
+    perm = attribute("ints", None)
+
+    def resolved(self, rank: int) -> tuple[int, ...]:
+        if self.perm is None:
+            return tuple(reversed(range(rank)))
+        if len(self.perm) != rank:
+            raise self.error(f"perm {list(self.perm)} has {len(self.perm)} entries but the operand has rank {rank}")
+        perm = tuple(normalize_axis(self, p, rank, "perm entry") for p in self.perm)
+        if sorted(perm) != list(range(rank)):
+            raise self.error(f"perm {list(self.perm)} is not a permutation of 0..{rank - 1}")
+        return perm
+
+    def infer(self, x: TensorType) -> TensorType:
+        return x.with_shape(tuple(x.shape[p] for p in self.resolved(x.rank)))
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        return np.transpose(x, self.resolved(x.ndim))
+
+
+# --- concat, split ----------------------------------------------------------------------------------
+
+
+class Concat(ShapeOp, name="graph.concat"):
+    """Join along one axis:  %y = graph.concat(%a, %b) {axis = 0} : tensor<5x3xf32>"""
+
+    xs = operand(variadic=True)
+    axis = attribute(int)
+
+    def infer(self, xs: list[TensorType]) -> TensorType:
+        dtype = same_dtype(self, *xs)
+        first = xs[0]
+        if first.rank == 0:
+            raise self.error(f"cannot concatenate scalars ({first})")
+        axis = normalize_axis(self, self.axis, first.rank)
+        for i, t in enumerate(xs[1:], 1):
+            if t.rank != first.rank:
+                raise self.error(f"operand #{i} has rank {t.rank} but operand #0 has rank {first.rank}")
+            for d in range(first.rank):
+                if d != axis and t.shape[d] != first.shape[d]:
+                    raise self.error(
+                        f"operand #{i} has shape {_dims(t.shape)} but operand #0 has {_dims(first.shape)}: "
+                        f"dimension {d} differs ({t.shape[d]} vs {first.shape[d]}); only axis {axis} may differ"
+                    )
+        shape = list(first.shape)
+        shape[axis] = sum(t.shape[axis] for t in xs)
+        return TensorType(tuple(shape), dtype)
+
+    def reference(self, xs: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(xs, axis=self.axis)
+
+
+class Split(ShapeOp, name="graph.split"):
+    """Cut along one axis, one result per section:
+    %a, %b = graph.split(%x) {axis = 0, sections = [2, 3]} : (tensor<2x4xf32>, tensor<3x4xf32>)"""
+
+    x = operand()
+    axis = attribute(int, 0)
+    sections = attribute("ints")
+
+    def infer(self, x: TensorType) -> tuple[TensorType, ...]:
+        if x.rank == 0:
+            raise self.error(f"cannot split a scalar ({x})")
+        axis = normalize_axis(self, self.axis, x.rank)
+        if not self.sections:
+            raise self.error("sections is empty: a split needs at least one section")
+        if any(s < 0 for s in self.sections):
+            raise self.error(f"sections {list(self.sections)} has a negative size")
+        if sum(self.sections) != x.shape[axis]:
+            raise self.error(
+                f"sections {list(self.sections)} sum to {sum(self.sections)} but axis {axis} has size {x.shape[axis]}"
+            )
+        out = []
+        for s in self.sections:
+            shape = list(x.shape)
+            shape[axis] = s
+            out.append(x.with_shape(shape))
+        return tuple(out)
+
+    def reference(self, x: np.ndarray) -> tuple[np.ndarray, ...]:
+        cuts = np.cumsum(self.sections)[:-1]
+        return tuple(np.split(x, cuts, axis=self.axis))
+
+
+# --- slice ------------------------------------------------------------------------------------------
+
+
+def _clamp(v: int, lo: int, hi: int) -> int:
+    # The upper bound wins, so an empty axis with a negative step gives the empty range(-1, -1, -1).
+    return min(max(v, lo), hi)
+
+
+class Slice(ShapeOp, name="graph.slice"):
+    """ONNX Slice:  %y = graph.slice(%x) {starts = [1], ends = [-1], axes = [1], steps = [2]} : tensor<4x3xf32>"""
+
+    x = operand()
+    starts = attribute("ints")
+    ends = attribute("ints")
+    axes = attribute("ints", None)
+    steps = attribute("ints", None)
+
+    def plan(self, shape: tuple[int, ...]) -> dict[int, range]:
+        """The indices kept on each sliced axis, clamped exactly as ONNX Slice clamps them."""
+        n = len(self.starts)
+        axes = self.axes if self.axes is not None else tuple(range(n))
+        steps = self.steps if self.steps is not None else (1,) * n
+        for what, vals in (("ends", self.ends), ("axes", axes), ("steps", steps)):
+            if len(vals) != n:
+                raise self.error(f"starts has {n} entries but {what} has {len(vals)}")
+        axes = _axes(self, axes, len(shape))
+        out = {}
+        for a, start, end, step in zip(axes, self.starts, self.ends, steps):
+            if step == 0:
+                raise self.error(f"step for axis {a} is 0")
+            d = shape[a]
+            start = start + d if start < 0 else start
+            end = end + d if end < 0 else end
+            if step > 0:
+                out[a] = range(_clamp(start, 0, d), _clamp(end, 0, d), step)
+            else:
+                out[a] = range(_clamp(start, 0, d - 1), _clamp(end, -1, d - 1), step)
+        return out
+
+    def infer(self, x: TensorType) -> TensorType:
+        plan = self.plan(x.shape)
+        return x.with_shape(tuple(len(plan[a]) if a in plan else d for a, d in enumerate(x.shape)))
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        for a, r in self.plan(x.shape).items():
+            x = np.take(x, np.array(r, dtype=np.int64), axis=a)
+        return x
+
+
+# --- broadcast_to, squeeze, unsqueeze, flatten ------------------------------------------------------
+
+
+class BroadcastTo(ShapeOp, name="graph.broadcast_to"):
+    """Broadcast to a shape, as ONNX Expand:  %y = graph.broadcast_to(%x) {shape = [4, 3]} : tensor<4x3xf32>"""
+
+    x = operand()
+    shape = attribute("ints")
+
+    def infer(self, x: TensorType) -> TensorType:
+        if any(d < 0 for d in self.shape):
+            raise self.error(f"shape {_dims(self.shape)} has a negative size")
+        return x.with_shape(broadcast_shapes(self, x.shape, self.shape))
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(x, np.broadcast_shapes(x.shape, self.shape)).copy()
+
+
+class Squeeze(ShapeOp, name="graph.squeeze"):
+    """Drop size-1 axes (all of them if axes is absent):  %y = graph.squeeze(%x) {axes = [0]} : tensor<3xf32>"""
+
+    x = operand()
+    axes = attribute("ints", None)
+
+    def dropped(self, shape: tuple[int, ...]) -> tuple[int, ...]:
+        if self.axes is None:
+            return tuple(i for i, d in enumerate(shape) if d == 1)
+        axes = _axes(self, self.axes, len(shape))
+        for a in axes:
+            if shape[a] != 1:
+                raise self.error(f"cannot squeeze axis {a} of size {shape[a]} (shape {_dims(shape)})")
+        return axes
+
+    def infer(self, x: TensorType) -> TensorType:
+        drop = self.dropped(x.shape)
+        return x.with_shape(tuple(d for i, d in enumerate(x.shape) if i not in drop))
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        return np.squeeze(x, axis=self.dropped(x.shape))
+
+
+class Unsqueeze(ShapeOp, name="graph.unsqueeze"):
+    """Insert size-1 axes at output positions:  %y = graph.unsqueeze(%x) {axes = [0]} : tensor<1x3xf32>"""
+
+    x = operand()
+    axes = attribute("ints")
+
+    def infer(self, x: TensorType) -> TensorType:
+        # Axes index the result (ONNX), so they are normalized against the output rank.
+        rank = x.rank + len(self.axes)
+        new = set(_axes(self, self.axes, rank))
+        rest = iter(x.shape)
+        return x.with_shape(tuple(1 if i in new else next(rest) for i in range(rank)))
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        return x.reshape(self.results[0].type.shape)
+
+
+class Flatten(ShapeOp, name="graph.flatten"):
+    """To 2-D, splitting the axes at `axis`:  %y = graph.flatten(%x) {axis = 1} : tensor<2x12xf32>"""
+
+    x = operand()
+    axis = attribute(int, 1)
+
+    def infer(self, x: TensorType) -> TensorType:
+        # Unlike other axes, axis == rank is valid here (everything goes to the first dimension).
+        if not -x.rank <= self.axis <= x.rank:
+            raise self.error(f"axis {self.axis} is out of range for rank {x.rank} (allowed {-x.rank}..{x.rank})")
+        axis = self.axis + x.rank if self.axis < 0 else self.axis
+        return x.with_shape((math.prod(x.shape[:axis]), math.prod(x.shape[axis:])))
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        return x.reshape(self.results[0].type.shape)
+
+
+# --- pad, gather ------------------------------------------------------------------------------------
+
+
+class Pad(ShapeOp, name="graph.pad"):
+    """Constant padding, negative pads crop:
+    %y = graph.pad(%x) {pads = [0, 1, 0, 1], value = 0.0} : tensor<2x5xf32>"""
+
+    x = operand()
+    pads = attribute("ints")
+    value = attribute(float, 0.0)
+
+    def infer(self, x: TensorType) -> TensorType:
+        r = x.rank
+        if len(self.pads) != 2 * r:
+            raise self.error(f"pads {list(self.pads)} has {len(self.pads)} entries; rank {r} needs {2 * r}")
+        self.check_value(x.dtype)
+        shape = []
+        for a, (d, lo, hi) in enumerate(zip(x.shape, self.pads[:r], self.pads[r:])):
+            crop = max(-lo, 0) + max(-hi, 0)
+            if crop > d:
+                raise self.error(f"pads {list(self.pads)} crop {crop} elements from axis {a} of size {d}")
+            shape.append(d + lo + hi)
+        return x.with_shape(shape)
+
+    def check_value(self, dtype: DType) -> None:
+        v = self.value
+        if dtype.is_bool and v not in (0.0, 1.0):
+            raise self.error(f"pad value {v} is not a bool (0 or 1) for an {dtype} tensor")
+        if dtype.is_int:
+            info = np.iinfo(dtype.np)
+            if not (v.is_integer() and info.min <= v <= info.max):
+                raise self.error(f"pad value {v} is not representable in {dtype}")
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        r = x.ndim
+        lo, hi = self.pads[:r], self.pads[r:]
+        # Crop first (negative pads), then pad with the constant.
+        x = x[tuple(slice(max(-b, 0), d - max(-e, 0)) for d, b, e in zip(x.shape, lo, hi))]
+        shape = tuple(n + max(b, 0) + max(e, 0) for n, b, e in zip(x.shape, lo, hi))
+        out = np.full(shape, np.array(self.value).astype(x.dtype), dtype=x.dtype)
+        out[tuple(slice(max(b, 0), max(b, 0) + n) for n, b in zip(x.shape, lo))] = x
+        return out
+
+
+class Gather(ShapeOp, name="graph.gather"):
+    """ONNX Gather (embeddings):  %y = graph.gather(%table, %ids) {axis = 0} : tensor<8x16xf32>"""
+
+    data = operand()
+    indices = operand()
+    axis = attribute(int, 0)
+
+    def infer(self, data: TensorType, indices: TensorType) -> TensorType:
+        if indices.dtype not in (DType.i32, DType.i64):
+            raise self.error(f"indices must be i32 or i64, got {indices}")
+        if data.rank == 0:
+            raise self.error(f"data must have rank >= 1, got {data}")
+        axis = normalize_axis(self, self.axis, data.rank)
+        return data.with_shape(data.shape[:axis] + indices.shape + data.shape[axis + 1 :])
+
+    def reference(self, data: np.ndarray, indices: np.ndarray) -> np.ndarray:
+        axis = self.axis % data.ndim
+        d = data.shape[axis]
+        bad = (indices < -d) | (indices >= d)
+        if bad.any():
+            i = int(indices[bad].flat[0])
+            raise self.error(f"index {i} is out of range for axis {axis} of size {d} (allowed {-d}..{d - 1})")
+        return np.take(data, np.where(indices < 0, indices + d, indices).astype(np.int64), axis=axis)
+
+    def input_range(self, index: int) -> tuple[int, int] | None:
+        """Random indices stay inside the gathered axis."""
+        data = self.operands[0].type
+        return (0, data.shape[self.axis % data.rank]) if index == 1 else None
+
+
+OPS = [Reshape, Transpose, Concat, Split, Slice, BroadcastTo, Squeeze, Unsqueeze, Flatten, Pad, Gather]

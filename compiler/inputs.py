@@ -1,0 +1,87 @@
+"""Inputs for `gc run`: from an .npz, or made up deterministically (`--random-inputs SEED`).
+
+Random inputs respect what the graph does with them: class labels fall in [0, C), gather indices
+in range, batch_norm variances and log/sqrt operands positive, weights scaled by 1/sqrt(fan-in) so
+activations stay near unit size through deep nets.
+"""
+
+from __future__ import annotations
+
+import math
+import zipfile
+
+import numpy as np
+
+from compiler.diagnostics import GCError
+from compiler.ir import Func, Value
+
+
+def load_npz(path: str) -> dict[str, np.ndarray]:
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            return {k: data[k] for k in data.files}
+    except (OSError, ValueError, zipfile.BadZipFile) as e:
+        raise GCError(f"cannot read inputs from {path}: {e}") from None
+
+
+def random_inputs(f: Func, seed: int) -> dict[str, np.ndarray]:
+    """Deterministic inputs for every argument of `f`."""
+    rng = np.random.default_rng(seed)
+    uses = f.users()
+    return {a.name: _random_arg(a, uses.get(a, []), rng) for a in f.args}
+
+
+def _random_arg(a: Value, uses, rng: np.random.Generator) -> np.ndarray:
+    t = a.type
+    lo_hi = None
+    scale = 1.0
+    for op, i in uses:
+        hook = getattr(op, "input_range", None) if op is not None else None
+        r = hook(i) if hook else None
+        if r is not None:
+            lo_hi = r if lo_hi is None else (max(lo_hi[0], r[0]), min(lo_hi[1], r[1]))
+        scale = min(scale, _fan_in_scale(op, i, t.shape))
+    dt = t.dtype
+    if dt.is_bool:
+        return rng.random(t.shape) < 0.5
+    if dt.is_int:
+        lo, hi = lo_hi if lo_hi is not None else (0, 10)
+        return rng.integers(int(lo), max(int(hi), int(lo) + 1), size=t.shape).astype(dt.np)
+    if lo_hi is not None:
+        return rng.uniform(lo_hi[0], lo_hi[1], size=t.shape).astype(dt.np)
+    return (rng.standard_normal(t.shape) * scale).astype(dt.np)
+
+
+def _fan_in_scale(op, i: int, shape: tuple[int, ...]) -> float:
+    """Weights of matmul (operand 1) and conv2d (operand 1) keep activations at unit scale."""
+    if op is None or i != 1 or len(shape) < 2:
+        return 1.0
+    if op.name == "graph.matmul":
+        return 1 / math.sqrt(max(shape[-2], 1))
+    if op.name == "graph.conv2d":
+        return 1 / math.sqrt(max(int(np.prod(shape[1:])), 1))
+    return 1.0
+
+
+def summarize(name: str, x: np.ndarray, type_str: str) -> str:
+    """One line per output: its type, range, mean, and the first few values."""
+    head = f"{name}: {type_str}"
+    if x.size == 0:
+        return head + "  (empty)"
+    flat = x.reshape(-1)
+    if x.dtype == np.bool_:
+        return head + f"  true {int(flat.sum())}/{flat.size}  " + _first(flat)
+    f = flat.astype(np.float64)
+    finite = f[np.isfinite(f)]
+    stats = ""
+    if finite.size:
+        stats = f"  min {finite.min():.6g}  max {finite.max():.6g}  mean {finite.mean():.6g}"
+    nonfinite = f.size - finite.size
+    if nonfinite:
+        stats += f"  non-finite {nonfinite}"
+    return head + stats + "  " + _first(flat)
+
+
+def _first(flat: np.ndarray, n: int = 6) -> str:
+    vals = ", ".join(f"{v:.6g}" if isinstance(v, float) else str(v) for v in flat[:n].tolist())
+    return "[" + vals + (", ...]" if flat.size > n else "]")

@@ -1,0 +1,20 @@
+"""Shared fixtures: the repo's .gir files, split into the modules they hold."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).parent))
+
+
+def gir_files() -> list[Path]:
+    """Every .gir file in the repo (examples and tests)."""
+    return sorted([*(ROOT / "examples").rglob("*.gir"), *(ROOT / "tests").rglob("*.gir")])
+
+
+def split_chunks(text: str) -> list[tuple[str, int]]:
+    from compiler.cli import _chunks
+
+    return _chunks(text, "// -----" in text)

@@ -1,0 +1,124 @@
+"""`gc` as a user drives it: exit codes, diagnostics on stderr, inputs and outputs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+MLP = """func @main(%x: tensor<2x3xf32>, %w: tensor<3x2xf32>, %b: tensor<2xf32>) -> tensor<2x2xf32> {
+  %h = graph.matmul(%x, %w)
+  %y = graph.add(%h, %b)
+  return %y
+}
+"""
+
+
+def gc(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "compiler", *args], capture_output=True, text=True, input=stdin, cwd=ROOT)
+
+
+@pytest.fixture
+def mlp(tmp_path: Path) -> Path:
+    p = tmp_path / "net.gir"
+    p.write_text(MLP)
+    return p
+
+
+def test_run_with_inputs_writes_outputs(mlp: Path, tmp_path: Path) -> None:
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    w = np.ones((3, 2), np.float32)
+    b = np.array([1, -1], np.float32)
+    np.savez(tmp_path / "in.npz", x=x, w=w, b=b)
+    r = gc("run", str(mlp), "--inputs", str(tmp_path / "in.npz"), "--outputs", str(tmp_path / "out.npz"))
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("result0: tensor<2x2xf32>  min 2  max 13  mean 7.5  [4, 2, 13, 11]")
+    out = np.load(tmp_path / "out.npz")
+    np.testing.assert_array_equal(out["result0"], x @ w + b)
+
+
+def test_random_inputs_are_deterministic(mlp: Path) -> None:
+    a, b = gc("run", str(mlp), "--random-inputs", "3"), gc("run", str(mlp), "--random-inputs", "3")
+    assert a.returncode == 0 and a.stdout == b.stdout
+    assert gc("run", str(mlp), "--random-inputs", "4").stdout != a.stdout
+
+
+@pytest.mark.parametrize(
+    "inputs, message",
+    [
+        ({"x": np.zeros((2, 3)), "w": np.zeros((3, 2))}, "missing input 'b'"),
+        ({"x": np.zeros((2, 4)), "w": np.zeros((3, 2)), "b": np.zeros(2)}, "input 'x' has shape [2, 4] but %x is tensor<2x3xf32>"),
+        ({"x": np.zeros((2, 3)), "w": np.zeros((3, 2)), "b": np.zeros(2), "z": np.zeros(1)}, "unknown input 'z'"),
+    ],
+)
+def test_bad_inputs_are_named(mlp: Path, tmp_path: Path, inputs: dict, message: str) -> None:
+    np.savez(tmp_path / "in.npz", **inputs)
+    r = gc("run", str(mlp), "--inputs", str(tmp_path / "in.npz"))
+    assert r.returncode == 1
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_missing_input_points_at_the_argument(mlp: Path, tmp_path: Path) -> None:
+    np.savez(tmp_path / "in.npz", x=np.zeros((2, 3)), w=np.zeros((3, 2)))
+    r = gc("run", str(mlp), "--inputs", str(tmp_path / "in.npz"))
+    assert f"{mlp}:1:54: error: missing input 'b'" in r.stderr
+
+
+def test_run_without_inputs_says_how(mlp: Path) -> None:
+    r = gc("run", str(mlp))
+    assert r.returncode == 1 and "--random-inputs" in r.stderr
+
+
+def test_opt_prints_canonical_module(mlp: Path) -> None:
+    r = gc("opt", str(mlp))
+    assert r.returncode == 0
+    assert "%h = graph.matmul(%x, %w) : tensor<2x2xf32>" in r.stdout
+
+
+def test_opt_reads_stdin() -> None:
+    r = gc("opt", "-", stdin=MLP)
+    assert r.returncode == 0 and "graph.add(%h, %b)" in r.stdout
+
+
+def test_user_error_exits_1_with_diagnostic(tmp_path: Path) -> None:
+    p = tmp_path / "bad.gir"
+    p.write_text(MLP.replace("%w)", "%q)"))
+    r = gc("opt", str(p))
+    assert r.returncode == 1
+    assert r.stderr.startswith(f"{p}:2:25: error: use of undefined value %q")
+    assert "Traceback" not in r.stderr
+
+
+def test_bad_usage_exits_2() -> None:
+    assert gc("run").returncode == 2
+    assert gc("frobnicate").returncode == 2
+    assert gc().returncode == 2
+
+
+def test_unreadable_file_is_a_user_error() -> None:
+    r = gc("opt", "no/such/file.gir")
+    assert r.returncode == 1 and "cannot read no/such/file.gir" in r.stderr
+
+
+def test_unknown_entry_lists_functions(mlp: Path) -> None:
+    r = gc("run", str(mlp), "--random-inputs", "0", "--entry", "nope")
+    assert r.returncode == 1 and "no function @nope" in r.stderr and "@main" in r.stderr
+
+
+def test_help_for_every_subcommand() -> None:
+    for sub in ("run", "opt"):
+        r = gc(sub, "--help")
+        assert r.returncode == 0 and "usage: gc " + sub in r.stdout
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "examples").glob("*.gir")), ids=lambda p: p.name)
+def test_every_example_runs(example: Path) -> None:
+    r = gc("run", str(example), "--random-inputs", "0")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("result0: ")
+    assert "nan" not in r.stdout and "non-finite" not in r.stdout

@@ -1,0 +1,142 @@
+"""The parser: every attribute form of the contract, types, locations, and what it rejects."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import numpy as np
+import pytest
+
+from compiler.diagnostics import GCError
+from compiler.ir import DType, Dense, TensorType
+from compiler.parser import parse
+from compiler.printer import print_module
+
+
+def one_op(body: str, args: str = "%x: tensor<4xf32>", ret: str = "tensor<4xf32>"):
+    text = f"func @main({args}) -> {ret} {{\n  {body}\n  return %r\n}}\n"
+    return parse(text, "t.gir")["main"].ops[-1]
+
+
+def test_types_and_scalars() -> None:
+    f = parse("func @f(%a: tensor<f32>, %b: tensor<2x0x3xi64>, %c: tensor<1xbf16>) -> tensor<f32> { return %a }")["f"]
+    assert [a.type for a in f.args] == [
+        TensorType((), DType.f32),
+        TensorType((2, 0, 3), DType.i64),
+        TensorType((1,), DType.bf16),
+    ]
+
+
+@pytest.mark.parametrize(
+    "text, value",
+    [
+        ("1e-5", 1e-5),
+        ("1.0e-5", 1e-5),
+        ("-1.0e4", -1e4),
+        ("2", 2.0),
+        ("inf", math.inf),
+        ("-inf", -math.inf),
+    ],
+)
+def test_float_attribute_forms(text: str, value: float) -> None:
+    op = one_op(f"%r = graph.leaky_relu(%x) {{alpha = {text}}}")
+    assert op.alpha == value and isinstance(op.alpha, float)
+
+
+def test_nan_attribute() -> None:
+    op = one_op("%r = graph.clip(%x) {min = nan}")
+    assert math.isnan(op.min)
+    assert "min = nan" in print_module(parse(print_module(parse(f"func @m(%x: tensor<4xf32>) -> tensor<4xf32> {{\n  {op!r}\n  return %r\n}}"))))
+
+
+def test_int64_attribute_limits() -> None:
+    text = "func @m(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %r = graph.clip(%x) {min = 9223372036854775807}\n  return %r\n}"
+    assert parse(text)["m"].ops[0].min == 9223372036854775807.0
+    with pytest.raises(GCError, match="does not fit in 64 bits"):
+        parse(text.replace("9223372036854775807", "9223372036854775808"))
+
+
+def test_constant_without_parentheses_and_dense_forms() -> None:
+    text = """func @m() -> (tensor<2x2xf32>, tensor<3xi32>, tensor<2xi1>, tensor<f64>) {
+  %a = graph.constant {value = dense<[[1.0, 2.0], [3.0, 4.5]]> : tensor<2x2xf32>}
+  %b = graph.constant {value = dense<7> : tensor<3xi32>} : tensor<3xi32>
+  %c = graph.constant {value = dense<[true, false]> : tensor<2xi1>}
+  %d = graph.constant {value = dense<-0.25> : tensor<f64>}
+  return %a, %b, %c, %d
+}"""
+    f = parse(text)["m"]
+    values = [op.value for op in f.ops]
+    assert all(isinstance(v, Dense) for v in values)
+    np.testing.assert_array_equal(values[0].array, [[1, 2], [3, 4.5]])
+    np.testing.assert_array_equal(values[1].array, [7, 7, 7])
+    np.testing.assert_array_equal(values[2].array, [True, False])
+    assert values[3].array.dtype == np.float64 and float(values[3].array) == -0.25
+    printed = print_module(parse(text))
+    assert "dense<7> : tensor<3xi32>" in printed
+    assert "graph.constant {value" in printed
+
+
+@pytest.mark.parametrize(
+    "dense, message",
+    [
+        ("dense<[1.0, 2.0]> : tensor<3xf32>", "dense literal has shape [2] but its type is tensor<3xf32>"),
+        ("dense<[[1.0], [2.0, 3.0]]> : tensor<2x2xf32>", "not rectangular"),
+        ("dense<1.5> : tensor<2xi32>", "must be integers"),
+        ("dense<300> : tensor<2xi8>", "out of range for i8"),
+    ],
+)
+def test_bad_dense_literals(dense: str, message: str) -> None:
+    with pytest.raises(GCError, match=re.escape(message)):
+        parse(f"func @m() -> tensor<f32> {{\n  %a = graph.constant {{value = {dense}}}\n  return %a\n}}")
+
+
+def test_comments_and_free_layout() -> None:
+    text = "// c\nfunc @m(%x: tensor<4xf32>)   // trailing\n -> tensor<4xf32>\n{ %0 = graph.relu(%x) return %0 }"
+    assert print_module(parse(text)) == "func @m(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = graph.relu(%x) : tensor<4xf32>\n  return %0\n}\n"
+
+
+def test_value_names_allow_digits_dots_and_underscores() -> None:
+    text = "func @m(%x.1: tensor<4xf32>) -> tensor<4xf32> {\n  %0 = graph.neg(%x.1)\n  %a_b = graph.neg(%0)\n  return %a_b\n}\n"
+    assert "%a_b = graph.neg(%0)" in print_module(parse(text))
+
+
+def test_multiple_functions_and_results() -> None:
+    text = """func @a(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {
+  %y = graph.neg(%x)
+  return %x, %y
+}
+
+func @b(%x: tensor<4xf32>) -> tensor<4xf32> {
+  return %x
+}
+"""
+    m = parse(text)
+    assert list(m.funcs) == ["a", "b"]
+    assert print_module(m).count("func @") == 2
+
+
+def test_op_location_is_the_op_name() -> None:
+    op = one_op("%r = graph.relu(%x)")
+    assert (op.loc.file, op.loc.line, op.loc.col) == ("t.gir", 2, 8)
+
+
+def test_diagnostic_shows_source_line_and_caret() -> None:
+    with pytest.raises(GCError) as e:
+        parse("func @m(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %r = graph.relu(%y)\n  return %r\n}", "net.gir")
+    assert e.value.render() == (
+        "net.gir:2:19: error: use of undefined value %y\n  %r = graph.relu(%y)\n                  ^"
+    )
+
+
+def test_string_attribute_escapes_round_trip() -> None:
+    op = one_op('%r = graph.gelu(%x) {approximate = "tanh"}')
+    assert op.approximate == "tanh"
+
+
+def test_a_wrong_result_type_is_reported_once() -> None:
+    with pytest.raises(GCError) as e:
+        parse("func @m(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %y = graph.relu(%x) : tensor<5xf32>\n  return %y\n}")
+    assert [d.message for d in e.value.diagnostics] == [
+        "graph.relu: result type tensor<5xf32> does not match the inferred type tensor<4xf32>"
+    ]

@@ -34,6 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     except GCError as e:
         print(e.render(), file=sys.stderr)
         return 1
+    except UsageError as e:
+        print(f"gc: error: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -75,18 +78,70 @@ def _parser() -> argparse.ArgumentParser:
 
     o = sub.add_parser("opt", help="parse, verify, transform and print a .gir module",
                        description="Parse and verify a .gir module, run a pass pipeline over it and print "
-                       "the result. With no pipeline it prints the module back in canonical form.")
-    o.add_argument("file", help="the .gir file, or - for standard input")
-    o.add_argument("-p", "--pipeline", default="", metavar="PIPELINE",
-                   help='passes to run, e.g. "canonicalize,cse" (none yet: the pass manager is coming)')
+                       "the result. With no pipeline it prints the module back in canonical form.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="pipelines: passes separated by commas, options in braces, e.g.\n"
+                       "  gc opt net.gir -p 'canonicalize,cse,dce{prune-args=true}'\n"
+                       "  gc opt net.gir -O2 --print-ir-after-change --timing")
+    o.add_argument("file", nargs="?", help="the .gir file, or - for standard input")
+    _pipeline_args(o)
     o.add_argument("-o", "--output", metavar="OUT.gir", help="write the module here instead of stdout")
+    o.add_argument("--list-passes", action="store_true", help="list every pass, its options, and the -O pipelines")
     o.add_argument("--split-input-file", action="store_true",
                    help="treat each chunk between '// -----' lines as its own module")
     o.add_argument("--verify-diagnostics", action="store_true",
                    help="print diagnostics to stdout and exit 0 (for tests of error messages)")
-    o.add_argument("--print-debuginfo", action="store_true", help="print each op's source location")
+    dbg = o.add_argument_group("pipeline debugging (IR dumps and reports go to stderr)")
+    dbg.add_argument("--print-ir-before", metavar="P", action="append", default=[], help="print the IR before pass P")
+    dbg.add_argument("--print-ir-after", metavar="P", action="append", default=[], help="print the IR after pass P")
+    dbg.add_argument("--print-ir-after-all", action="store_true", help="print the IR after every pass")
+    dbg.add_argument("--print-ir-after-change", action="store_true", help="print the IR after passes that changed it")
+    dbg.add_argument("--print-ir-after-failure", action="store_true", help="print the IR a failing pass left behind")
+    dbg.add_argument("--print-diff", action="store_true", help="print a unified diff against the previous stage")
+    dbg.add_argument("--print-debuginfo", action="store_true", help="print each op's source location(s)")
+    dbg.add_argument("--timing", action="store_true", help="a table of wall time per pass")
+    dbg.add_argument("--pass-statistics", action="store_true", help="the counters each pass keeps")
+    dbg.add_argument("--verify-each", action=argparse.BooleanOptionalAction, default=True,
+                     help="verify the IR after every pass (default: on)")
+    dbg.add_argument("--dump-dir", metavar="DIR", help="write the IR after every pass as DIR/NN-pass.gir")
+    dbg.add_argument("--check-numerics", action="store_true",
+                     help="run the interpreter after every pass and report the passes that change the outputs")
+    dbg.add_argument("--bisect-limit", metavar="N", type=int, help="run only the first N passes (opt-bisect)")
     o.set_defaults(func=cmd_opt)
+
+    bi = sub.add_parser("bisect", help="find the first pass of a pipeline that changes a module's outputs",
+                        description="Run the pipeline, executing the module on the reference interpreter with "
+                        "seeded inputs after every pass, and name the first pass whose outputs move beyond "
+                        "tolerance, with the max absolute and relative error. Exit 1 if one does.")
+    bi.add_argument("file", help="the .gir file, or - for standard input")
+    _pipeline_args(bi)
+    bi.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (default 1e-4)")
+    bi.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
+    bi.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    bi.set_defaults(func=cmd_bisect)
     return p
+
+
+def _pipeline_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("-p", "--pipeline", default=None, metavar="PIPELINE",
+                   help="passes to run, e.g. 'canonicalize,cse,dce' (see --list-passes)")
+    for level in ("0", "1", "2"):
+        p.add_argument(f"-O{level}", dest="opt_level", action="store_const", const=f"O{level}",
+                       help=f"the standard pipeline O{level} (see --list-passes)")
+
+
+def _pipeline_text(args) -> str:
+    from compiler.pipeline import NAMED_PIPELINES
+
+    if args.pipeline is not None and args.opt_level:
+        raise UsageError("give either -p PIPELINE or -O0/-O1/-O2, not both")
+    if args.opt_level:
+        return NAMED_PIPELINES[args.opt_level]
+    return args.pipeline or ""
+
+
+class UsageError(Exception):
+    """Bad usage: exit code 2."""
 
 
 def _read(path: str) -> tuple[str, str]:
@@ -115,26 +170,100 @@ def _chunks(text: str, split: bool) -> list[tuple[str, int]]:
 
 def cmd_opt(args) -> int:
     from compiler.parser import parse
+    from compiler.pipeline import Instrumentation, PipelineFailure, parse_pipeline, run_pipeline
     from compiler.printer import print_module
 
-    if args.pipeline.strip():
-        raise GCError(f"unknown pass '{args.pipeline.split(',')[0].split('{')[0].strip()}' (no passes are registered yet)")
+    if args.list_passes:
+        print(list_passes())
+        return 0
+    if args.file is None:
+        raise UsageError("gc opt needs a FILE (or - for standard input)")
+    passes_text = _pipeline_text(args)
     text, name = _read(args.file)
+    inst = Instrumentation(
+        print_before=set(_names(args.print_ir_before)),
+        print_after=set(_names(args.print_ir_after)),
+        print_after_all=args.print_ir_after_all,
+        print_after_change=args.print_ir_after_change,
+        print_after_failure=args.print_ir_after_failure,
+        print_diff=args.print_diff,
+        debuginfo=args.print_debuginfo,
+        timing=args.timing,
+        statistics=args.pass_statistics,
+        verify_each=args.verify_each,
+        dump_dir=args.dump_dir,
+        bisect_limit=args.bisect_limit,
+        check_numerics=args.check_numerics,
+        reproducer=_reproducer_path(name),
+    )
     pieces = []
     for chunk, offset in _chunks(text, args.split_input_file):
         try:
             module = parse(chunk, name, line_offset=offset)
+            run_pipeline(module, parse_pipeline(passes_text), inst)
             pieces.append(print_module(module, debuginfo=args.print_debuginfo))
         except GCError as e:
             if not args.verify_diagnostics:
                 raise
             pieces.append(e.render() + "\n")
+        except PipelineFailure as e:
+            print(f"gc: internal compiler error: {e}", file=sys.stderr)
+            return 3
     out = "// -----\n".join(pieces)
     if args.output:
         Path(args.output).write_text(out)
     else:
         sys.stdout.write(out)
     return 0
+
+
+def _names(values: list[str]) -> list[str]:
+    return [n.strip() for v in values for n in v.split(",") if n.strip()]
+
+
+def _reproducer_path(name: str) -> str:
+    base = Path(name).name if name != "<stdin>" else "stdin.gir"
+    stem = base[: -len(".gir")] if base.endswith(".gir") else base
+    return str((Path(name).parent if name != "<stdin>" else Path(".")) / f"{stem}.reproducer.gir")
+
+
+def list_passes() -> str:
+    from compiler.passes import load_all
+    from compiler.pipeline import NAMED_PIPELINES
+
+    lines = ["Passes:"]
+    for name, cls in sorted(load_all().items()):
+        lines.append(f"  {name:<20} {cls.summary}")
+        for f in cls.options():
+            lines.append(f"      {f.name.replace('_', '-')}={f.default!r}  {f.metadata.get('help', '')}".rstrip())
+    lines.append("Pipelines:")
+    for level, text in NAMED_PIPELINES.items():
+        lines.append(f"  -{level}  {text or '(no passes)'}")
+    return "\n".join(lines)
+
+
+def cmd_bisect(args) -> int:
+    import io
+
+    from compiler.parser import parse
+    from compiler.pipeline import Instrumentation, parse_pipeline, run_pipeline
+
+    text, name = _read(args.file)
+    module = parse(text, name)
+    passes = parse_pipeline(_pipeline_text(args))
+    log = io.StringIO()
+    inst = Instrumentation(check_numerics=True, rtol=args.rtol, atol=args.atol, seed=args.seed, out=log)
+    records = run_pipeline(module, passes, inst)
+    first = None
+    for line in log.getvalue().splitlines():
+        if line.startswith("check-numerics: pass") and first is None:
+            first = line
+    print(f"bisect: {len(records)} pass(es), inputs seeded with {args.seed}, rtol={args.rtol}, atol={args.atol}")
+    if first is None:
+        print("bisect: no pass changed the outputs beyond tolerance")
+        return 0
+    print("bisect: first bad " + first.removeprefix("check-numerics: "))
+    return 1
 
 
 def cmd_run(args) -> int:

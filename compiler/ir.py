@@ -505,6 +505,29 @@ class Func:
         for op in self.ops:
             yield from op.results
 
+    def clone(self) -> Func:
+        """A copy with new values and ops (attributes, constants and locations are shared: they are immutable)."""
+        vmap: dict[Value, Value] = {}
+        args = []
+        for a in self.args:
+            v = vmap[a] = Value(a.type, a.name)
+            v.loc = a.loc
+            args.append(v)
+        f = Func(self.name, args, list(self.result_types), self.loc)
+        f.attrs = dict(self.attrs)
+        f.return_loc = self.return_loc
+        for op in self.ops:
+            new = object.__new__(type(op))
+            new.__dict__.update(op.__dict__)
+            new.operands = [vmap.get(v, v) for v in op.operands]
+            new.attrs = dict(op.attrs)
+            new.results = [Value(r.type, r.name, new, r.index) for r in op.results]
+            for r, n in zip(op.results, new.results):
+                vmap[r] = n
+            f.ops.append(new)
+        f.results = [vmap.get(v, v) for v in self.results]
+        return f
+
 
 class Module:
     """An ordered collection of functions."""
@@ -531,6 +554,21 @@ class Module:
         from compiler.printer import print_module
 
         return print_module(self)
+
+    def clone(self) -> Module:
+        return Module([f.clone() for f in self])
+
+    def fingerprint(self) -> tuple:
+        """Cheap structural identity: equal fingerprints mean no pass changed anything."""
+        out = []
+        for f in self:
+            ids = {v: i for i, v in enumerate(f.values())}
+            ops = tuple(
+                (op.name, tuple(ids.get(v, -1) for v in op.operands), op.attr_key(), tuple(r.type for r in op.results))
+                for op in f.ops
+            )
+            out.append((f.name, tuple(a.type for a in f.args), ops, tuple(ids.get(v, -1) for v in f.results)))
+        return tuple(out)
 
 
 class Dialect:

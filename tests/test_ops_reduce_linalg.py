@@ -12,7 +12,7 @@ from compiler.diagnostics import GCError
 from compiler.interpreter import run
 from compiler.ir import Op
 from compiler.parser import parse
-from tests.helpers import infer_error, run_op
+from helpers import infer_error, run_op
 
 RNG = np.random.default_rng(0)
 

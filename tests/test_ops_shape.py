@@ -13,7 +13,7 @@ from compiler.diagnostics import GCError
 from compiler.ir import DType, TensorType
 from compiler.parser import parse
 from dialects.graph import shape
-from tests.helpers import infer_error, run_op
+from helpers import infer_error, run_op
 
 INT64_MAX = 9223372036854775807
 INT64_MIN = -9223372036854775808

@@ -1,0 +1,288 @@
+"""Pipelines: "canonicalize,cse,fuse{max-ops=8}" -> passes, run with verification and instrumentation.
+
+Everything a user of mlir-opt or LLVM opt expects to see around a pass lives here: IR before/after
+(whole or as a diff), timing, statistics, dumps, crash reproducers, numerical checks and opt-bisect.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TextIO
+
+import numpy as np
+
+from compiler.diagnostics import GCError
+from compiler.ir import Module
+from compiler.passes import Pass, make_pass
+from compiler.printer import print_module
+from compiler.verifier import verify_module
+
+NAMED_PIPELINES = {
+    "O0": "",
+    "O1": "canonicalize,cse,dce",
+    "O2": "canonicalize,fold-constants,cse,fold-batch-norm,canonicalize,cse,dce,fuse",
+}
+
+
+def parse_pipeline(text: str) -> list[Pass]:
+    """`a,b{k=v,k2=v2},c` -> passes. Inside braces a piece without `=` continues a list value."""
+    passes: list[Pass] = []
+    i, n = 0, len(text)
+    while i < n:
+        j = i
+        while j < n and text[j] not in ",{":
+            j += 1
+        name = text[i:j].strip()
+        options: dict[str, str] = {}
+        if j < n and text[j] == "{":
+            k = text.find("}", j)
+            if k < 0:
+                raise GCError(f"pipeline '{text}': missing '}}' after '{name}{{'")
+            options = _parse_options(name, text[j + 1 : k])
+            j = k + 1
+            while j < n and text[j] == " ":
+                j += 1
+            if j < n and text[j] != ",":
+                raise GCError(f"pipeline '{text}': expected ',' after '{text[i:j]}'")
+        if name:
+            passes.append(make_pass(name, options))
+        elif options or (j < n and text[j] == ","):
+            raise GCError(f"pipeline '{text}': a pass name is missing")
+        i = j + 1
+    return passes
+
+
+def _parse_options(pass_name: str, body: str) -> dict[str, str]:
+    options: dict[str, str] = {}
+    last = None
+    for piece in body.replace(" ", ",").split(","):
+        piece = piece.strip()
+        if not piece:
+            continue
+        if "=" in piece:
+            key, value = piece.split("=", 1)
+            last = key.strip()
+            options[last] = value.strip()
+        elif last is not None:
+            options[last] += "," + piece
+        else:
+            raise GCError(f"pass '{pass_name}': option '{piece}' needs a value (key=value)")
+    return options
+
+
+@dataclass
+class Instrumentation:
+    """What to show around each pass. Output goes to `out` (stderr by default), IR dumps included."""
+
+    print_before: set[str] = field(default_factory=set)
+    print_after: set[str] = field(default_factory=set)
+    print_after_all: bool = False
+    print_after_change: bool = False
+    print_after_failure: bool = False
+    print_diff: bool = False
+    debuginfo: bool = False
+    timing: bool = False
+    statistics: bool = False
+    verify_each: bool = True
+    dump_dir: str | None = None
+    bisect_limit: int | None = None
+    check_numerics: bool = False
+    rtol: float = 1e-4
+    atol: float = 1e-5
+    seed: int = 0
+    reproducer: str | None = None  # where to write FILE.reproducer.gir; None: do not
+    replay: str = "gc opt"  # how the reproducer's replay command starts
+    out: TextIO = field(default_factory=lambda: sys.stderr)
+
+
+@dataclass
+class PassRecord:
+    name: str
+    seconds: float
+    changed: bool
+    ran: bool
+
+
+class PipelineFailure(Exception):
+    """A pass raised or broke the IR: an internal error, reported with the pass's name."""
+
+    def __init__(self, message: str, reproducer: str | None):
+        super().__init__(message)
+        self.reproducer = reproducer
+
+
+@dataclass
+class NumericsMismatch:
+    pass_name: str
+    index: int
+    max_abs: float
+    max_rel: float
+    func: str
+    result: int
+
+
+def run_pipeline(module: Module, passes: list[Pass] | str, inst: Instrumentation | None = None) -> list[PassRecord]:
+    """Run `passes` over `module` in place, verifying after each; returns a record per pass."""
+    inst = inst or Instrumentation(verify_each=True)
+    if isinstance(passes, str):
+        passes = parse_pipeline(passes)
+    records: list[PassRecord] = []
+    numerics = _Numerics(module, inst) if inst.check_numerics else None
+    prev_text = print_module(module, debuginfo=inst.debuginfo) if inst.print_diff else None
+    dump = Path(inst.dump_dir) if inst.dump_dir else None
+    if dump:
+        dump.mkdir(parents=True, exist_ok=True)
+        (dump / "00-input.gir").write_text(print_module(module, debuginfo=True))
+    for i, p in enumerate(passes):
+        label = p.spelled()
+        if inst.bisect_limit is not None:
+            ran = i < inst.bisect_limit
+            verb = "running" if ran else "NOT running"
+            print(f"BISECT: {verb} pass ({i + 1}) {label} on module", file=inst.out)
+            if not ran:
+                records.append(PassRecord(label, 0.0, False, False))
+                continue
+        if p.name in inst.print_before:
+            _show(inst, f"IR Dump Before {label}", print_module(module, debuginfo=inst.debuginfo))
+        before = module.fingerprint()
+        backup = module.clone()
+        t0 = time.perf_counter()
+        try:
+            p.run(module)
+            if inst.verify_each:
+                verify_module(module)
+        except Exception as e:  # noqa: BLE001 (any failure of a pass is a bug in that pass)
+            raise _failure(module, backup, passes, i, e, inst) from None
+        seconds = time.perf_counter() - t0
+        changed = module.fingerprint() != before
+        records.append(PassRecord(label, seconds, changed, True))
+        if dump:
+            (dump / f"{i + 1:02d}-{p.name}.gir").write_text(print_module(module, debuginfo=True))
+        show = inst.print_after_all or p.name in inst.print_after or (inst.print_after_change and changed)
+        if show or prev_text is not None:
+            text = print_module(module, debuginfo=inst.debuginfo)
+            if show:
+                if inst.print_diff:
+                    _show(inst, f"IR Diff After {label}", _diff(prev_text or "", text, label))
+                else:
+                    _show(inst, f"IR Dump After {label}" + ("" if changed else " (no change)"), text)
+            if prev_text is not None:
+                prev_text = text
+        if numerics is not None:
+            bad = numerics.check(module, label, i)
+            if bad is not None:
+                print(numerics.describe(bad), file=inst.out)
+                numerics.first = numerics.first or bad
+    if inst.timing:
+        _timing_table(records, inst.out)
+    if inst.statistics:
+        _statistics(passes, inst.out)
+    if numerics is not None and numerics.first is None:
+        print(f"check-numerics: every pass kept the outputs within rtol={inst.rtol}, atol={inst.atol}", file=inst.out)
+    return records
+
+
+def _show(inst: Instrumentation, title: str, text: str) -> None:
+    print(f"// -----// {title} //----- //", file=inst.out)
+    print(text, file=inst.out, end="" if text.endswith("\n") else "\n")
+
+
+def _diff(a: str, b: str, label: str) -> str:
+    lines = difflib.unified_diff(a.splitlines(keepends=True), b.splitlines(keepends=True), "before", f"after {label}")
+    return "".join(lines) or "(no change)\n"
+
+
+def _failure(module: Module, backup: Module, passes: list[Pass], i: int, err: Exception, inst: Instrumentation):
+    p = passes[i]
+    if isinstance(err, GCError):
+        what = f"pass '{p.name}' produced invalid IR:\n{err.render()}"
+    else:
+        what = f"pass '{p.name}' crashed: {type(err).__name__}: {err}\n" + "".join(traceback.format_tb(err.__traceback__))
+    if inst.print_after_failure:
+        _show(inst, f"IR Dump After {p.spelled()} Failed", print_module(module, debuginfo=True))
+    path = None
+    if inst.reproducer:
+        rest = ",".join(q.spelled() for q in passes[i:])
+        header = (
+            f"// gc crash reproducer: the IR before pass '{p.spelled()}' crashed.\n"
+            f"// failing pass: {p.spelled()}\n// pipeline from here: {rest}\n"
+            f"// replay: {inst.replay} {inst.reproducer} -p '{rest}'\n"
+        )
+        Path(inst.reproducer).write_text(header + print_module(backup, debuginfo=True))
+        path = inst.reproducer
+        what += f"\nwrote a reproducer: {path}\nreplay it with: {inst.replay} {path} -p '{rest}'"
+    return PipelineFailure(what, path)
+
+
+def _timing_table(records: list[PassRecord], out: TextIO) -> None:
+    total = sum(r.seconds for r in records) or 1e-12
+    print("===-------------------------------------------------------------------------===", file=out)
+    print("                         ... Pass execution timing report ...", file=out)
+    print("===-------------------------------------------------------------------------===", file=out)
+    print(f"  Total Execution Time: {total:.4f} seconds\n", file=out)
+    print("   ---Wall Time---  --- Name ---", file=out)
+    for r in records:
+        print(f"   {r.seconds:.4f} ({100 * r.seconds / total:5.1f}%)  {r.name}" + ("" if r.ran else " (skipped)"), file=out)
+    print(f"   {total:.4f} (100.0%)  Total", file=out)
+
+
+def _statistics(passes: list[Pass], out: TextIO) -> None:
+    print("===-------------------------------------------------------------------------===", file=out)
+    print("                         ... Pass statistics report ...", file=out)
+    print("===-------------------------------------------------------------------------===", file=out)
+    for p in passes:
+        print(p.spelled(), file=out)
+        for key, n in sorted(p.stats.items()):
+            print(f"  ({n}) {key}", file=out)
+
+
+class _Numerics:
+    """Runs the interpreter after every pass on seeded inputs and compares with the input module."""
+
+    def __init__(self, module: Module, inst: Instrumentation):
+        from compiler.inputs import random_inputs
+        from compiler.interpreter import run
+
+        self.inst = inst
+        self.first: NumericsMismatch | None = None
+        self.inputs = {f.name: random_inputs(f, inst.seed) for f in module}
+        self.expected = {name: run(module, x, name) for name, x in self.inputs.items()}
+        self.run = run
+
+    def check(self, module: Module, label: str, index: int) -> NumericsMismatch | None:
+        for name, expected in self.expected.items():
+            if name not in module:
+                continue
+            f = module[name]
+            inputs = {k: v for k, v in self.inputs[name].items() if k in {a.name for a in f.args}}
+            got = self.run(module, inputs, name)
+            for r, (a, b) in enumerate(zip(expected, got)):
+                bad = _mismatch(a, b, self.inst.rtol, self.inst.atol)
+                if bad is not None:
+                    return NumericsMismatch(label, index, bad[0], bad[1], name, r)
+        return None
+
+    def describe(self, m: NumericsMismatch) -> str:
+        return (
+            f"check-numerics: pass ({m.index + 1}) {m.pass_name} changed @{m.func} result {m.result}: "
+            f"max abs error {m.max_abs:.3g}, max rel error {m.max_rel:.3g} "
+            f"(rtol={self.inst.rtol}, atol={self.inst.atol})"
+        )
+
+
+def _mismatch(a: np.ndarray, b: np.ndarray, rtol: float, atol: float) -> tuple[float, float] | None:
+    if a.shape != b.shape:
+        return (float("inf"), float("inf"))
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    if np.allclose(b64, a64, rtol=rtol, atol=atol, equal_nan=True):
+        return None
+    with np.errstate(all="ignore"):
+        diff = np.abs(a64 - b64)
+        diff = np.where(np.isnan(a64) & np.isnan(b64), 0, diff)
+        rel = diff / np.maximum(np.abs(a64), np.finfo(np.float64).tiny)
+    return float(np.nanmax(diff)), float(np.nanmax(rel))

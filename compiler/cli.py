@@ -125,13 +125,22 @@ def _parser() -> argparse.ArgumentParser:
 def _pipeline_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("-p", "--pipeline", default=None, metavar="PIPELINE",
                    help="passes to run, e.g. 'canonicalize,cse,dce' (see --list-passes)")
+    p.add_argument("--load-pass-plugin", metavar="FILE.py", action="append", default=[],
+                   help="a Python file defining more passes (subclasses of compiler.passes.Pass)")
     for level in ("0", "1", "2"):
         p.add_argument(f"-O{level}", dest="opt_level", action="store_const", const=f"O{level}",
                        help=f"the standard pipeline O{level} (see --list-passes)")
 
 
 def _pipeline_text(args) -> str:
+    import runpy
+
     from compiler.pipeline import NAMED_PIPELINES
+
+    for plugin in args.load_pass_plugin:
+        if not Path(plugin).is_file():
+            raise GCError(f"cannot load pass plugin {plugin}: no such file")
+        runpy.run_path(plugin)
 
     if args.pipeline is not None and args.opt_level:
         raise UsageError("give either -p PIPELINE or -O0/-O1/-O2, not both")
@@ -173,12 +182,12 @@ def cmd_opt(args) -> int:
     from compiler.pipeline import Instrumentation, PipelineFailure, parse_pipeline, run_pipeline
     from compiler.printer import print_module
 
+    passes_text = _pipeline_text(args)
     if args.list_passes:
         print(list_passes())
         return 0
     if args.file is None:
         raise UsageError("gc opt needs a FILE (or - for standard input)")
-    passes_text = _pipeline_text(args)
     text, name = _read(args.file)
     inst = Instrumentation(
         print_before=set(_names(args.print_ir_before)),
@@ -248,9 +257,10 @@ def cmd_bisect(args) -> int:
     from compiler.parser import parse
     from compiler.pipeline import Instrumentation, parse_pipeline, run_pipeline
 
+    pipeline = _pipeline_text(args)
     text, name = _read(args.file)
     module = parse(text, name)
-    passes = parse_pipeline(_pipeline_text(args))
+    passes = parse_pipeline(pipeline)
     log = io.StringIO()
     inst = Instrumentation(check_numerics=True, rtol=args.rtol, atol=args.atol, seed=args.seed, out=log)
     records = run_pipeline(module, passes, inst)

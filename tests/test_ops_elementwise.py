@@ -30,10 +30,14 @@ def check(got: np.ndarray, want, dtype, exact: bool = False) -> None:
     want = np.asarray(want, dtype=np.float64 if dtype.kind == "f" or dtype == BF16 else dtype).astype(dtype)
     assert got.dtype == dtype, f"dtype {got.dtype}, expected {dtype}"
     assert got.shape == want.shape, f"shape {got.shape}, expected {want.shape}"
-    if exact or dtype.kind in "biu":
+    if dtype.kind in "biu":
         np.testing.assert_array_equal(got, want)
         return
+    # Compared in f64: NumPy's testing helpers do not see a bf16 NaN as equal to another.
     g, w = got.astype(np.float64), want.astype(np.float64)
+    if exact:
+        np.testing.assert_array_equal(g, w)
+        return
     np.testing.assert_allclose(g, w, rtol=RTOL[dtype], atol=ATOL[dtype], equal_nan=True)
     assert (np.signbit(g) == np.signbit(w))[np.isinf(w)].all(), "an infinity has the wrong sign"
 
@@ -172,11 +176,14 @@ def test_every_unary_op_has_a_value_case() -> None:
     assert {_op_name(c) for c in UNARY} == set(UNARY_NAMES)
 
 
-@pytest.mark.parametrize("name", ["neg", "exp", "tanh", "gelu", "clip"])
+@pytest.mark.parametrize(
+    "name",
+    ["neg", "exp", "tanh", "clip", "gelu_tanh", "erf", "gelu"],
+)  # fmt: skip
 def test_unary_op_on_a_scalar_keeps_rank_0(name: str) -> None:
     fn, _, attrs = UNARY[name]
     x = np.array(0.75, dtype=np.float32)
-    got = run_op(name, x, **attrs)
+    got = run_op(_op_name(name), x, **attrs)
     check(got, fn(0.75), np.float32)
     assert got.shape == ()
 
@@ -186,7 +193,7 @@ def test_unary_op_on_an_empty_tensor_gives_an_empty_tensor() -> None:
     check(got, np.zeros((0, 3)), np.float32)
 
 
-def test_floor_and_ceil_of_negative_halves_round_away_from_toward_zero() -> None:
+def test_floor_and_ceil_round_halves_down_and_up() -> None:
     x = np.array([-1.5, -0.5, 0.5, 1.5], dtype=np.float32)
     check(run_op("floor", x), [-2.0, -1.0, 0.0, 1.0], np.float32, exact=True)
     check(run_op("ceil", x), [-1.0, -0.0, 1.0, 2.0], np.float32, exact=True)
@@ -462,11 +469,6 @@ def test_integer_division_broadcasts_a_scalar_divisor() -> None:
     check(run_op("div", a, b), apply_n(_trunc_div, (2, 2), a, b, dtype=np.int64), np.int64)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="graph.div on i64 divides in float64, which cannot hold integers above 2^53: "
-    "9007199254740993 / 1 gives 9007199254740992",
-)
 def test_i64_division_is_exact_beyond_2_to_the_53() -> None:
     a = np.array([2**53 + 1, -(2**62) - 3, 2**63 - 1], dtype=np.int64)
     b = np.array([1, 2, 10], dtype=np.int64)
@@ -497,11 +499,6 @@ def test_integer_pow_with_non_negative_exponents() -> None:
     check(run_op("pow", a, b), [int(x) ** int(y) for x, y in zip(a, b)], np.int32)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="graph.pow on i64 computes in float64, which rounds results above 2^53: 3^35 comes out "
-    "50031545098999704 instead of 50031545098999707",
-)
 def test_i64_pow_is_exact_beyond_2_to_the_53() -> None:
     a = np.array([3, -3, 7], dtype=np.int64)
     b = np.array([35, 39, 22], dtype=np.int64)
@@ -571,10 +568,13 @@ def test_where_broadcasts_all_three_operands(sc, sa, sb, out) -> None:
     cond = np.asarray(rng.integers(0, 2, size=sc).astype(np.bool_))
     a = values(sa, 8, np.float32)
     b = values(sb, 9, np.float32)
-    check(run_op("where", cond, a, b), apply_n(lambda c, x, y: x if c else y, out, cond, a, b), np.float32, exact=True)
+    want = apply_n(lambda c, x, y: x if c else y, out, cond, a, b)
+    check(run_op("where", cond, a, b), want, np.float32, exact=True)
 
 
-@pytest.mark.parametrize("dtype", [np.float64, BF16, np.int32, np.int8, np.bool_], ids=["f64", "bf16", "i32", "i8", "i1"])
+@pytest.mark.parametrize(
+    "dtype", [np.float64, BF16, np.int32, np.int8, np.bool_], ids=["f64", "bf16", "i32", "i8", "i1"]
+)
 def test_where_keeps_the_dtype_of_its_branches(dtype) -> None:
     cond = np.array([True, False, True, False])
     a = np.array([1, 1, 0, 1], dtype=dtype)
@@ -631,17 +631,20 @@ def test_float_to_int_cast_truncates_toward_zero() -> None:
 def test_cast_to_i1_is_nonzero_so_fractions_and_nan_are_true() -> None:
     x = np.array([0.0, -0.0, 0.5, -0.25, 1e-30, math.nan, math.inf], dtype=np.float32)
     check(run_op("cast", x, dtype=DType.i1), [False, False, True, True, True, True, True], np.bool_)
-    check(run_op("cast", np.array([0, -1, 2, 256], dtype=np.int64), dtype=DType.i1), [False, True, True, True], np.bool_)
+    ints = np.array([0, -1, 2, 256], dtype=np.int64)
+    check(run_op("cast", ints, dtype=DType.i1), [False, True, True, True], np.bool_)
 
 
 def test_cast_i1_to_f32_gives_zero_and_one() -> None:
     check(run_op("cast", np.array([True, False]), dtype=DType.f32), [1.0, 0.0], np.float32, exact=True)
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")
 def test_cast_to_16_bit_floats_rounds_to_nearest_and_overflows_to_inf() -> None:
     x = np.array([1 / 3, 70000.0, -70000.0, 1e-8, 3.140625], dtype=np.float64)
     # f16: 1/3 -> 0.333251953125; 70000 > 65504 -> inf; 1e-8 underflows below the smallest subnormal (6e-8)
-    check(run_op("cast", x, dtype=DType.f16), [0.333251953125, math.inf, -math.inf, 0.0, 3.140625], np.float16, exact=True)
+    f16 = [0.333251953125, math.inf, -math.inf, 0.0, 3.140625]
+    check(run_op("cast", x, dtype=DType.f16), f16, np.float16, exact=True)
     # bf16 keeps f32's range with 8 significant bits: 1/3 -> 0.333984375, 70000 -> 70144, 3.140625 -> 3.140625
     check(run_op("cast", x, dtype=DType.bf16), [0.333984375, 70144.0, -70144.0, 1e-8, 3.140625], BF16, exact=True)
 

@@ -17,7 +17,7 @@ _erf = np.frompyfunc(math.erf, 1, 1)
 
 
 def erf(x: np.ndarray) -> np.ndarray:
-    return _erf(x.astype(np.float64)).astype(np.float64)
+    return np.asarray(_erf(np.asarray(x, dtype=np.float64)), dtype=np.float64)
 
 
 def _define(base: type[Op], name: str, fn, doc: str, **extra) -> type[Op]:
@@ -167,14 +167,23 @@ def binary(name: str, fn, doc: str, result_bool: bool = False) -> type[Op]:
 def _div(a, b):
     if np.issubdtype(a.dtype, np.integer):
         # C-style division truncates toward zero, as compiled code does; x/0 is 0 rather than a trap.
-        q = np.trunc(a.astype(np.float64) / np.where(b == 0, 1, b))
+        # Exact integer arithmetic: a float64 detour loses i64 values above 2**53.
+        safe = np.where(b == 0, 1, b)
+        q = np.abs(a) // np.abs(safe)
+        q = np.where((a < 0) != (safe < 0), -q, q)
         return np.where(b == 0, 0, q).astype(a.dtype)
     return a / b
 
 
 def _pow(a, b):
     if np.issubdtype(a.dtype, np.integer):
-        return np.power(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype)
+        # Exact for non-negative exponents (wrapping like C on overflow); a negative one gives 1/a**|b|
+        # truncated toward zero, as ONNX Pow on integers does.
+        a, b = np.broadcast_arrays(a, b)
+        neg = b < 0
+        out = np.power(a, np.where(neg, 0, b))
+        inv = np.where(np.abs(a) == 1, np.where(np.abs(b) % 2 == 1, a, 1), 0)
+        return np.where(neg, inv, out).astype(a.dtype)
     return np.power(a, b)
 
 

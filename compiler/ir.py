@@ -248,7 +248,7 @@ def format_attr(v: Any) -> str:
     if isinstance(v, float):
         return format_float(v)
     if isinstance(v, str):
-        return '"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"'
+        return '"' + "".join(_ESCAPES.get(c, c) for c in v) + '"'
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(format_attr(x) for x in v) + "]"
     if isinstance(v, (DType, SymbolRef)):
@@ -256,6 +256,9 @@ def format_attr(v: Any) -> str:
     if isinstance(v, Dense):
         return format_dense(v)
     raise TypeError(f"not an attribute value: {v!r}")
+
+
+_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\t": "\\t"}
 
 
 def format_float(v: float, dtype: DType = DType.f64) -> str:
@@ -276,6 +279,8 @@ def format_dense(d: Dense) -> str:
     else:
         elem = lambda x: str(int(x))  # noqa: E731
     flat = arr.reshape(-1)
+    if flat.size == 0:
+        return f"dense<{elem(np.zeros((), dt.np)[()])}> : {d.type}"
     if flat.size > 0 and (flat == flat[0]).all() or (flat.size > 1 and dt.is_float and np.isnan(flat).all()):
         body = elem(flat[0])
     else:

@@ -100,6 +100,30 @@ def _syntax_message(e: lark.exceptions.UnexpectedInput) -> str:
     return f"unexpected {got}; expected " + (" or ".join(expected) if len(expected) <= 2 else ", ".join(expected))
 
 
+_UNESCAPES = {"n": "\n", "t": "\t", '"': '"', "\\": "\\"}
+
+
+def _unescape(s: str) -> str:
+    """The string escapes the printer writes: \\n \\t \\" \\\\ (others keep their backslash)."""
+    out, i = [], 0
+    while i < len(s):
+        if s[i] == "\\" and i + 1 < len(s):
+            out.append(_UNESCAPES.get(s[i + 1], s[i : i + 2]))
+            i += 2
+        else:
+            out.append(s[i])
+            i += 1
+    return "".join(out)
+
+
+def _leaves(lit):
+    if isinstance(lit, list):
+        for x in lit:
+            yield from _leaves(x)
+    else:
+        yield lit
+
+
 class _Builder:
     """Walks the parse tree, building IR and collecting diagnostics."""
 
@@ -285,8 +309,7 @@ class _Builder:
         if t.data == "number":
             return self.number(t.children[0])
         if t.data == "string":
-            s = t.children[0].value[1:-1]
-            return s.encode().decode("unicode_escape") if "\\" in s else s
+            return _unescape(t.children[0].value[1:-1])
         if t.data == "ident":
             return self.scalar_token(t.children[0], allow_dtype=True)
         if t.data == "symbol":
@@ -322,6 +345,8 @@ class _Builder:
             raise GCError("invalid dense type", self.loc(ttok))
         lit = self.dense_literal(body)
         loc = self.loc(ttok)
+        if not ty.dtype.is_bool and any(isinstance(x, bool) for x in _leaves(lit)):
+            raise GCError(f"dense values of {ty} must be numbers, not true/false", loc)
         try:
             if ty.dtype.is_bool:
                 arr = np.array(lit, dtype=object)

@@ -140,3 +140,22 @@ def test_a_wrong_result_type_is_reported_once() -> None:
     assert [d.message for d in e.value.diagnostics] == [
         "graph.relu: result type tensor<5xf32> does not match the inferred type tensor<4xf32>"
     ]
+
+
+def test_strings_with_escapes_round_trip() -> None:
+    from compiler.ir import format_attr
+    from compiler.parser import _unescape
+
+    for s in ["a\nb", 'é\t"q\\', "plain"]:
+        assert _unescape(format_attr(s)[1:-1]) == s
+
+
+def test_empty_dense_prints_as_a_splat() -> None:
+    text = "func @m() -> tensor<0x3xf32> {\n  %c = graph.constant {value = dense<0.0> : tensor<0x3xf32>}\n  return %c\n}\n"
+    printed = print_module(parse(text))
+    assert "dense<0.0> : tensor<0x3xf32>" in printed and print_module(parse(printed)) == printed
+
+
+def test_bools_are_not_float_dense_values() -> None:
+    with pytest.raises(GCError, match="must be numbers, not true/false"):
+        parse("func @m() -> tensor<2xf32> {\n  %c = graph.constant {value = dense<[true, 2.0]> : tensor<2xf32>}\n  return %c\n}")

@@ -119,6 +119,42 @@ def _parser() -> argparse.ArgumentParser:
     bi.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
     bi.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
     bi.set_defaults(func=cmd_bisect)
+
+    st = sub.add_parser("stats", help="count a function's ops, kernels, FLOPs, parameters and memory",
+                        description="Print what one run of a function costs: ops by name and by fusion kind, "
+                        "kernels (a call of a `kernel = true` function is one, any other non-constant op is "
+                        "one), FLOPs (through calls), parameters (constants plus the floating-point arguments "
+                        "that are not data inputs; the data input is the first argument unless --data-args "
+                        "says otherwise) and the bytes of inputs, outputs and intermediates.",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        epilog="examples:\n  gc stats examples/mlp.gir\n  gc stats net.gir -O2 --json\n"
+                        "  gc stats net.gir -p 'canonicalize,cse' --compare")
+    st.add_argument("file", help="the .gir file, or - for standard input")
+    _pipeline_args(st)
+    st.add_argument("--entry", default="main", metavar="NAME", help="the function to measure (default: main)")
+    st.add_argument("--data-args", metavar="NAMES",
+                    help="comma-separated arguments that are data inputs, not parameters (default: the first)")
+    st.add_argument("--json", action="store_true", help="print the statistics as JSON")
+    st.add_argument("--compare", action="store_true",
+                    help="print the statistics before and after the pipeline side by side")
+    st.set_defaults(func=cmd_stats)
+
+    vz = sub.add_parser("viz", help="draw a function's dataflow graph with Graphviz",
+                        description="Draw a function as a graph: a node per op (name, result type), its "
+                        "arguments and its return, edges labelled with tensor types, and each call of a "
+                        "`kernel = true` function (what fuse makes) as a box holding the kernel's ops. "
+                        "The format follows the extension of -o: .dot/.gv write Graphviz source; .svg, .png, "
+                        ".pdf and .html (a page embedding the SVG) need Graphviz's `dot` program. Without -o "
+                        "the dot source goes to standard output.",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        epilog="examples:\n  gc viz examples/mlp.gir -o mlp.svg\n  gc viz net.gir -O2 -o net.html\n"
+                        "  gc viz net.gir | dot -Tpng > net.png")
+    vz.add_argument("file", help="the .gir file, or - for standard input")
+    _pipeline_args(vz)
+    vz.add_argument("--entry", default="main", metavar="NAME", help="the function to draw (default: main)")
+    vz.add_argument("-o", "--output", metavar="OUT",
+                    help="where to write: graph.dot, graph.svg, graph.png, graph.pdf or graph.html")
+    vz.set_defaults(func=cmd_viz)
     return p
 
 
@@ -301,6 +337,55 @@ def cmd_run(args) -> int:
             print(summarize(f"result{i}", x, str(t)))
     if args.outputs:
         np.savez(args.outputs, **{f"result{i}": x for i, x in enumerate(outs)})
+    return 0
+
+
+def _load(args):
+    """Parse args.file and run the pipeline the arguments name; the module before and after."""
+    from compiler.parser import parse
+    from compiler.pipeline import parse_pipeline, run_pipeline
+
+    pipeline = _pipeline_text(args)
+    text, name = _read(args.file)
+    module = parse(text, name)
+    before = module.clone() if pipeline else module
+    if pipeline:
+        run_pipeline(module, parse_pipeline(pipeline))
+    return before, module
+
+
+def cmd_stats(args) -> int:
+    import json
+
+    from compiler.stats import format_compare, format_stats, module_stats
+
+    if args.compare and not (args.pipeline or args.opt_level):
+        raise UsageError("--compare needs a pipeline to compare against: -p PIPELINE or -O0/-O1/-O2")
+    data = [n.strip() for n in args.data_args.split(",") if n.strip()] if args.data_args is not None else None
+    before, after = _load(args)
+    stats = module_stats(after, args.entry, data)
+    old = module_stats(before, args.entry, data) if args.compare else None
+    if args.json:
+        print(json.dumps({"before": old, "after": stats} if old else stats, indent=2))
+    else:
+        sys.stdout.write(format_compare(old, stats) if old else format_stats(stats))
+    return 0
+
+
+def cmd_viz(args) -> int:
+    from compiler.stats import format_stats, module_stats
+    from compiler.viz import check_output, to_dot, write
+
+    if args.output:
+        check_output(args.output)  # before the pipeline runs: a wrong extension should fail fast
+    _, module = _load(args)
+    graph = to_dot(module, args.entry)
+    if not args.output:
+        sys.stdout.write(graph.source)
+        return 0
+    # An .html page shows the statistics above the graph.
+    notes = format_stats(module_stats(module, args.entry)) if args.output.lower().endswith(".html") else ""
+    write(graph, args.output, title=f"@{args.entry} in {args.file}", notes=notes)
     return 0
 
 

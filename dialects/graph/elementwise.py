@@ -45,6 +45,9 @@ class Unary(Op):
     def reference(self, x: np.ndarray) -> np.ndarray:
         return self.fn(x)
 
+    def flops(self) -> int:
+        return self.result.type.size
+
     def input_range(self, index: int) -> tuple[float, float] | None:
         """Random inputs for log/sqrt/rsqrt stay inside their domain."""
         return (0.5, 2.0) if self.positive_domain else None
@@ -130,6 +133,9 @@ class Cast(Op, name="graph.cast"):
     def infer(self, x: TensorType) -> TensorType:
         return x.with_dtype(self.dtype)
 
+    def flops(self) -> int:
+        return 0
+
     def reference(self, x: np.ndarray) -> np.ndarray:
         if self.dtype is DType.i1:
             return x != 0
@@ -158,6 +164,9 @@ class Binary(Op):
 
     def reference(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return self.fn(a, b)
+
+    def flops(self) -> int:
+        return self.result.type.size
 
 
 def binary(name: str, fn, doc: str, result_bool: bool = False) -> type[Op]:
@@ -215,6 +224,9 @@ class Where(Op, name="graph.where"):
 
     def reference(self, cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.where(cond, a, b)
+
+    def flops(self) -> int:
+        return 0
 
 
 OPS = [

@@ -1,0 +1,200 @@
+"""`gc stats`: what a function costs: ops, kernels, FLOPs, parameters and intermediate memory.
+
+The numbers describe one run of the entry function, with calls followed. Op counts take every op that
+runs, constants included; a call is not counted as an op, the callee's ops are, once per call. Kernels
+and intermediates:
+- a call of a function marked `attributes {kernel = true}` (what `fuse` makes) is one kernel; the
+  callee's ops count in the op and FLOP totals, but its inner values never reach memory, so only the
+  call's results count as intermediates;
+- a call of any other function counts as if the callee were written in place (inlined);
+- every other op except a constant is one kernel, and its results are intermediates (the returned
+  values included: they are written by a kernel like any other).
+Parameters are the constants (each function's once, however often it runs) plus the floating-point
+arguments that are not data inputs. The data inputs are the first argument unless `data_args` names
+them; integer and bool arguments (labels, token ids, masks) are always inputs, never parameters.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from compiler.diagnostics import GCError
+from compiler.ir import Func, Module, Op
+
+
+def module_stats(module: Module, entry: str = "main", data_args: Sequence[str] | None = None) -> dict[str, Any]:
+    """The statistics of `module`'s function `entry` as a JSON-ready dict (see the module docstring)."""
+    f = _entry(module, entry)
+    names = [a.name for a in f.args]
+    data = set(names[:1] if data_args is None else data_args)
+    unknown = sorted(data - set(names))
+    if unknown:
+        raise GCError(f"@{f.name} has no argument {', '.join('%' + n for n in unknown)} (arguments: "
+                      f"{', '.join('%' + n for n in names) or 'none'})")
+    params = [a for a in f.args if a.type.dtype.is_float and a.name not in data]
+    inputs = [a for a in f.args if a not in params]
+
+    walk = _Walk(module)
+    walk.func(f, in_kernel=False)
+    constants = [op for g in walk.funcs for op in g.ops if op.name == "graph.constant"]
+    const_elems = sum(op.value.type.size for op in constants)
+    const_bytes = sum(op.value.type.nbytes for op in constants)
+    return {
+        "function": f.name,
+        "num_ops": sum(walk.by_name.values()),
+        "ops_by_name": dict(sorted(walk.by_name.items())),
+        "ops_by_kind": dict(sorted(walk.by_kind.items())),
+        "num_kernels": walk.kernels,
+        "kernel_calls": dict(sorted(walk.kernel_calls.items())),
+        "num_calls": walk.calls,
+        "flops": walk.flops,
+        "flops_estimated_for": sorted(walk.estimated),
+        "params": sum(a.type.size for a in params) + const_elems,
+        "param_bytes": sum(a.type.nbytes for a in params) + const_bytes,
+        "param_args": [a.name for a in params],
+        "num_constants": len(constants),
+        "constant_params": const_elems,
+        "inputs": [a.name for a in inputs],
+        "input_bytes": sum(a.type.nbytes for a in inputs),
+        "output_bytes": sum(t.nbytes for t in f.result_types),
+        "intermediate_bytes": walk.intermediate_bytes,
+    }
+
+
+def _entry(module: Module, entry: str) -> Func:
+    if entry not in module:
+        names = ", ".join("@" + n for n in module.funcs) or "none"
+        raise GCError(f"no function @{entry} in the module (functions: {names})")
+    return module[entry]
+
+
+class _Walk:
+    """Counts one run of a function, following calls (see the module docstring for the rules)."""
+
+    def __init__(self, module: Module):
+        self.module = module
+        self.by_name: Counter = Counter()
+        self.by_kind: Counter = Counter()
+        self.kernel_calls: Counter = Counter()
+        self.estimated: set[str] = set()
+        self.kernels = self.calls = self.flops = self.intermediate_bytes = 0
+        self.funcs: list[Func] = []  # every function reached, once: their constants are stored once
+        self.stack: list[str] = []
+
+    def func(self, f: Func, in_kernel: bool) -> None:
+        # The verifier rejects recursion; the guard only keeps unverified input from looping forever.
+        if f.name in self.stack:
+            return
+        if f not in self.funcs:
+            self.funcs.append(f)
+        self.stack.append(f.name)
+        for op in f.ops:
+            self.op(op, in_kernel)
+        self.stack.pop()
+
+    def op(self, op: Op, in_kernel: bool) -> None:
+        if op.name == "graph.call":
+            self.call(op, in_kernel)
+            return
+        self.by_name[op.name] += 1
+        self.by_kind[op.kind] += 1
+        self.flops += self._flops(op)
+        if op.name == "graph.constant" or in_kernel:
+            return
+        self.kernels += 1
+        self.intermediate_bytes += sum(r.type.nbytes for r in op.results)
+
+    def call(self, op: Op, in_kernel: bool) -> None:
+        self.calls += 1
+        callee = self.module.funcs.get(op.callee.name)
+        if callee is None:
+            return
+        is_kernel = callee.attrs.get("kernel") is True
+        if is_kernel and not in_kernel:
+            self.kernels += 1
+            self.kernel_calls[callee.name] += 1
+            self.intermediate_bytes += sum(r.type.nbytes for r in op.results)
+        self.func(callee, in_kernel or is_kernel)
+
+    def _flops(self, op: Op) -> int:
+        flops = getattr(op, "flops", None)
+        if flops is not None:
+            return int(flops())
+        # An op that does not state its cost is taken to do one operation per element it produces.
+        self.estimated.add(op.name)
+        return sum(r.type.size for r in op.results)
+
+
+# --- text ---------------------------------------------------------------------------------------
+
+_W = 24  # the label column: wide enough for "out-elementwise-fusable"
+_SUMMARY = [
+    ("ops", "num_ops", "count"),
+    ("kernels", "num_kernels", "count"),
+    ("FLOPs", "flops", "count"),
+    ("parameters", "params", "count"),
+    ("parameter bytes", "param_bytes", "bytes"),
+    ("input bytes", "input_bytes", "bytes"),
+    ("output bytes", "output_bytes", "bytes"),
+    ("intermediate bytes", "intermediate_bytes", "bytes"),
+]
+
+
+def format_stats(stats: dict[str, Any]) -> str:
+    """A readable table of `module_stats`' result."""
+    lines = [f"@{stats['function']}"]
+    for label, key, unit in _SUMMARY:
+        lines.append(f"  {label:<{_W}} {stats[key]:>16,}  {_human(stats[key], unit)}".rstrip())
+    params = ", ".join("%" + n for n in stats["param_args"]) or "none"
+    lines.append(f"  {'parameter args':<{_W}} {params}")
+    if stats["num_constants"]:
+        n = stats["constant_params"]
+        lines.append(f"  {'constants':<{_W}} {stats['num_constants']:>16,}  ({n:,} element{'s' * (n != 1)})")
+    lines.append(f"  {'inputs':<{_W}} {', '.join('%' + n for n in stats['inputs']) or 'none'}")
+    if stats["flops_estimated_for"]:
+        lines.append(f"  (FLOPs estimated as one per result element for {', '.join(stats['flops_estimated_for'])})")
+    lines += _section("ops by name", stats["ops_by_name"])
+    lines += _section("ops by kind", stats["ops_by_kind"])
+    lines += _section("kernel calls", stats["kernel_calls"])
+    return "\n".join(lines) + "\n"
+
+
+def _section(title: str, counts: dict[str, int]) -> list[str]:
+    if not counts:
+        return []
+    width = max(_W, *(len(k) for k in counts))
+    return [f"{title}:"] + [f"  {k:<{width}} {n:>16,}" for k, n in counts.items()]
+
+
+def format_compare(before: dict[str, Any], after: dict[str, Any]) -> str:
+    """`before` and `after` side by side, with the change of each number."""
+    rows: list[tuple[str, int, int] | str] = [(lbl, before[k], after[k]) for lbl, k, _ in _SUMMARY]
+    for title, section in (("ops by name", "ops_by_name"), ("ops by kind", "ops_by_kind")):
+        keys = sorted(set(before[section]) | set(after[section]))
+        rows += [f"{title}:"] + [(f"  {k}", before[section].get(k, 0), after[section].get(k, 0)) for k in keys]
+    width = max(_W + 2, *(len(r[0]) for r in rows if isinstance(r, tuple)))
+    lines = [f"{'@' + before['function']:<{width}} {'before':>16} {'after':>16} {'change':>16}"]
+    for r in rows:
+        lines.append(r if isinstance(r, str) else f"{r[0]:<{width}} {r[1]:>16,} {r[2]:>16,} {_change(r[1], r[2]):>16}")
+    return "\n".join(lines) + "\n"
+
+
+def _change(a: int, b: int) -> str:
+    if a == b:
+        return "="
+    pct = f" ({(b - a) / a:+.1%})" if a else ""
+    return f"{b - a:+,}{pct}"
+
+
+def _human(n: int, unit: str) -> str:
+    if unit == "bytes":
+        for scale, name in ((2**30, "GiB"), (2**20, "MiB"), (2**10, "KiB")):
+            if n >= scale:
+                return f"({n / scale:.2f} {name})"
+        return ""
+    for scale, name in ((10**12, "T"), (10**9, "G"), (10**6, "M"), (10**3, "K")):
+        if n >= scale:
+            return f"({n / scale:.2f} {name})"
+    return ""

@@ -11,7 +11,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 def gir_files() -> list[Path]:
     """Every .gir file in the repo (examples and tests)."""
-    return sorted([*(ROOT / "examples").rglob("*.gir"), *(ROOT / "tests").rglob("*.gir")])
+    files = [*(ROOT / "examples").rglob("*.gir"), *(ROOT / "tests").rglob("*.gir")]
+    return sorted(p for p in files if not p.name.endswith(".reproducer.gir"))
 
 
 def split_chunks(text: str) -> list[tuple[str, int]]:

@@ -20,9 +20,10 @@ class DeadCodeElimination(Pass):
     prune_args: bool = field(default=False, metadata={"help": "also remove unused arguments of uncalled functions"})
 
     def run(self, module: Module) -> None:
-        called = {op.callee.name for f in module for op in f.ops if op.name == "graph.call"}
         for f in module:
             self.stats["ops-erased"] += erase_dead_ops(f)
+        called = {op.callee.name for f in module for op in f.ops if op.name == "graph.call"}
+        for f in module:
             used = {v for op in f.ops for v in op.operands} | set(f.results)
             unused = [a for a in f.args if a not in used]
             if not unused:
@@ -31,6 +32,7 @@ class DeadCodeElimination(Pass):
             if self.prune_args and f.name not in called:
                 f.args = [a for a in f.args if a in used]
                 self.stats["args-pruned"] += len(unused)
-            elif not self.prune_args:
+            else:
+                why = "it is called" if self.prune_args else "dce{prune-args=true} removes them"
                 names = ", ".join("%" + (a.name or "?") for a in unused)
-                print(f"dce: @{f.name} does not use {names} (dce{{prune-args=true}} removes them)", file=sys.stderr)
+                print(f"dce: @{f.name} does not use {names} ({why})", file=sys.stderr)

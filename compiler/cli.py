@@ -155,7 +155,34 @@ def _parser() -> argparse.ArgumentParser:
     vz.add_argument("-o", "--output", metavar="OUT",
                     help="where to write: graph.dot, graph.svg, graph.png, graph.pdf or graph.html")
     vz.set_defaults(func=cmd_viz)
+
+    pr = sub.add_parser("prune", help="magnitude-prune the weights of a net given as arguments in an .npz",
+                        description="Prune the weights of matmul/conv2d layers that come in as arguments: "
+                        "unstructured zeroes the smallest weights; channel removes whole output channels with "
+                        "the smallest L1 norm and shrinks what depends on them, so both the .gir and the .npz "
+                        "get smaller. Prints parameters and FLOPs before and after. (Weights that are "
+                        "constants in the IR are pruned by the prune-weights pass.)",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        epilog="example:\n  gc prune net.gir --params w.npz --sparsity 0.5 --mode channel "
+                        "-o pruned.gir --params-out pruned.npz")
+    pr.add_argument("file", help="the .gir file")
+    pr.add_argument("--params", metavar="W.npz", help="the weights, keyed by argument name")
+    pr.add_argument("--sparsity", type=float, default=0.5, help="the fraction to prune (default 0.5)")
+    pr.add_argument("--mode", choices=["unstructured", "channel"], default="unstructured",
+                    help="unstructured (default) or channel")
+    pr.add_argument("--entry", default="main", metavar="NAME", help="the function to prune (default: main)")
+    pr.add_argument("-o", "--output", metavar="OUT.gir", help="write the pruned module here (default: stdout)")
+    pr.add_argument("--params-out", metavar="OUT.npz", help="write the pruned weights here")
+    pr.set_defaults(func=_cmd_prune)
     return p
+
+
+def _cmd_prune(args) -> int:
+    from compiler.prune import cmd_prune
+
+    if not 0 <= args.sparsity < 1:
+        raise UsageError(f"--sparsity must be in [0, 1), got {args.sparsity}")
+    return cmd_prune(args)
 
 
 def _pipeline_args(p: argparse.ArgumentParser) -> None:

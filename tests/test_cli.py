@@ -122,3 +122,28 @@ def test_every_example_runs(example: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert r.stdout.startswith("result0: ")
     assert "nan" not in r.stdout and "non-finite" not in r.stdout
+
+
+def test_prune_rewrites_gir_and_npz_consistently(tmp_path: Path) -> None:
+    from compiler.inputs import random_inputs
+    from compiler.interpreter import run
+    from compiler.parser import parse_file
+
+    net = ROOT / "examples" / "mlp.gir"
+    weights = random_inputs(parse_file(net)["main"], 0)
+    x = weights.pop("x")
+    np.savez(tmp_path / "w.npz", **weights)
+    r = gc("prune", str(net), "--params", str(tmp_path / "w.npz"), "--sparsity", "0.25", "--mode", "channel",
+           "-o", str(tmp_path / "p.gir"), "--params-out", str(tmp_path / "p.npz"))
+    assert r.returncode == 0, r.stderr
+    assert "parameters: 1863690 -> " in r.stdout and "FLOPs:" in r.stdout
+    pruned = parse_file(tmp_path / "p.gir")
+    new = dict(np.load(tmp_path / "p.npz"))
+    assert new["w1"].shape == (784, 768) and pruned["main"].args[1].type.shape == (784, 768)
+    (out,) = run(pruned, {"x": x, **new})
+    assert out.shape == (64, 10) and np.isfinite(out).all()
+
+
+def test_prune_rejects_bad_sparsity() -> None:
+    r = gc("prune", str(ROOT / "examples" / "mlp.gir"), "--sparsity", "1.5")
+    assert r.returncode == 2 and "--sparsity must be in [0, 1)" in r.stderr

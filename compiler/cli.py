@@ -300,14 +300,15 @@ def _reproducer_path(name: str) -> str:
 
 
 def list_passes() -> str:
-    from compiler.passes import load_all
+    from compiler.passes import _format_option, load_all
     from compiler.pipeline import NAMED_PIPELINES
 
     lines = ["Passes:"]
     for name, cls in sorted(load_all().items()):
         lines.append(f"  {name:<20} {cls.summary}")
         for f in cls.options():
-            lines.append(f"      {f.name.replace('_', '-')}={f.default!r}  {f.metadata.get('help', '')}".rstrip())
+            value = _format_option(f.default)
+            lines.append(f"      {f.name.replace('_', '-')}={value}  {f.metadata.get('help', '')}".rstrip())
     lines.append("Pipelines:")
     for level, text in NAMED_PIPELINES.items():
         lines.append(f"  -{level}  {text or '(no passes)'}")
@@ -352,7 +353,7 @@ def cmd_run(args) -> int:
     f = module[args.entry]
     given = load_npz(args.inputs) if args.inputs else {}
     if args.random_inputs is not None:
-        made = random_inputs(f, args.random_inputs)
+        made = random_inputs(f, args.random_inputs, module)
         given = {**{k: v for k, v in made.items() if k not in given}, **given}
     elif not args.inputs and f.args:
         raise GCError(f"@{f.name} needs inputs: give --inputs IN.npz or --random-inputs SEED")

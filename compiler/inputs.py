@@ -13,7 +13,7 @@ import zipfile
 import numpy as np
 
 from compiler.diagnostics import GCError
-from compiler.ir import Func, Value
+from compiler.ir import Func, Module, Value
 
 
 def load_npz(path: str) -> dict[str, np.ndarray]:
@@ -24,11 +24,23 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
         raise GCError(f"cannot read inputs from {path}: {e}") from None
 
 
-def random_inputs(f: Func, seed: int) -> dict[str, np.ndarray]:
-    """Deterministic inputs for every argument of `f`."""
+def random_inputs(f: Func, seed: int, module: Module | None = None) -> dict[str, np.ndarray]:
+    """Deterministic inputs for every argument of `f` (looking through calls when `module` is given)."""
     rng = np.random.default_rng(seed)
-    uses = f.users()
-    return {a.name: _random_arg(a, uses.get(a, []), rng) for a in f.args}
+    return {a.name: _random_arg(a, _uses(f, a, module), rng) for a in f.args}
+
+
+def _uses(f: Func, a: Value, module: Module | None, depth: int = 0) -> list:
+    """The (op, operand index) uses of `a`, following graph.call into the callee's argument."""
+    out = []
+    for op, i in f.users().get(a, []):
+        callee = getattr(op, "callee", None) if op is not None else None
+        if module is not None and callee is not None and callee.name in module and depth < 8:
+            g = module[callee.name]
+            out += _uses(g, g.args[i], module, depth + 1)
+        else:
+            out.append((op, i))
+    return out
 
 
 def _random_arg(a: Value, uses, rng: np.random.Generator) -> np.ndarray:

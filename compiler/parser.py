@@ -366,7 +366,8 @@ class _Builder:
             info = np.iinfo(ty.dtype.np)
             if any(not info.min <= int(x) <= info.max for x in flat):
                 raise GCError(f"dense value out of range for {ty.dtype}", loc)
-        return Dense.of(np.array(arr.tolist() if arr.dtype == object else arr).astype(ty.dtype.np), ty.dtype)
+        values = np.array(arr.tolist() if arr.dtype == object else arr).astype(ty.dtype.np).reshape(ty.shape)
+        return Dense.of(values, ty.dtype)
 
     def dense_literal(self, t):
         if isinstance(t, lark.Tree) and t.data == "list":

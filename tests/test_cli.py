@@ -147,3 +147,15 @@ def test_prune_rewrites_gir_and_npz_consistently(tmp_path: Path) -> None:
 def test_prune_rejects_bad_sparsity() -> None:
     r = gc("prune", str(ROOT / "examples" / "mlp.gir"), "--sparsity", "1.5")
     assert r.returncode == 2 and "--sparsity must be in [0, 1)" in r.stderr
+
+
+def test_random_inputs_look_through_fused_kernels() -> None:
+    from compiler.inputs import random_inputs
+    from compiler.parser import parse_file
+    from compiler.pipeline import run_pipeline
+
+    module = parse_file(ROOT / "examples" / "cnn.gir")
+    before = random_inputs(module["main"], 0, module)
+    run_pipeline(module, "fuse")
+    after = random_inputs(module["main"], 0, module)
+    assert all((before[k] == after[k]).all() for k in before)

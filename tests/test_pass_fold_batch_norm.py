@@ -14,6 +14,8 @@ from compiler.inputs import random_inputs
 from compiler.interpreter import run
 from compiler.ir import Dense, Module
 from compiler.parser import parse, parse_file
+
+ROOT_EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 from compiler.pipeline import run_pipeline
 from compiler.passes.fold_batch_norm import FoldBatchNorm
 from dialects.graph.creation import Constant
@@ -271,3 +273,16 @@ def test_random_conv_bn_folds_exactly(c_out, k, stride, pad, bias, bound, eps, s
         bind_constants(after, {k: v for k, v in inputs.items() if k != "x"})
     assert fold(after) == {"batch-norms-folded": 1}
     assert_same_outputs(before, after, inputs)
+
+
+def test_weight_args_false_folds_only_constant_weights() -> None:
+    from compiler.parser import parse
+    from compiler.pipeline import run_pipeline
+
+    text = (ROOT_EXAMPLES / "cnn.gir").read_text()
+    module = parse(text)
+    run_pipeline(module, "fold-batch-norm{weight-args=false}")
+    assert sum(op.name == "graph.batch_norm" for op in module["main"].ops) == 9
+    module = parse(text)
+    run_pipeline(module, "fold-batch-norm")
+    assert sum(op.name == "graph.batch_norm" for op in module["main"].ops) == 0

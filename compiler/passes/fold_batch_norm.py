@@ -11,7 +11,7 @@ call) the folding is emitted as graph ops on them, which fold-constants folds on
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -27,9 +27,9 @@ from dialects.graph import creation, elementwise, linalg, nn
 _FLOATS = (DType.f32, DType.f64)
 
 
-def _is_weight(v: Value | None) -> bool:
-    """A constant or a function argument: a value the folded weights may be computed from ahead of x."""
-    return v is None or v.owner is None or isinstance(v.owner, creation.Constant)
+def _is_weight(v: Value | None, args: bool = True) -> bool:
+    """A constant (or, with `args`, a function argument): a value the folded weights may be computed from."""
+    return v is None or (args and v.owner is None) or isinstance(v.owner, creation.Constant)
 
 
 def _only_user(f: Func, v: Value, user: Op) -> bool:
@@ -68,7 +68,7 @@ def _named(y: Value, bn: nn.BatchNorm) -> Value:
     return y
 
 
-def fold_conv(op: nn.BatchNorm, b: Builder) -> Value | None:
+def fold_conv(op: nn.BatchNorm, b: Builder, args: bool = True) -> Value | None:
     """batch_norm(conv2d(x, w, c)) -> conv2d(x, w * s, (c - mean) * s + bias), s along w's axis 0. Only when
     the conv's result has no other user (it would still need the unnormalized value), when w, c and the
     four parameters are constants or arguments, and for f32/f64."""
@@ -77,7 +77,7 @@ def fold_conv(op: nn.BatchNorm, b: Builder) -> Value | None:
         return None
     if not _only_user(b.func, conv.result, op):
         return None
-    if not all(_is_weight(v) for v in (conv.w, conv.b, *op.operands[1:])):
+    if not all(_is_weight(v, args) for v in (conv.w, conv.b, *op.operands[1:])):
         return None
     b.loc = Location.merge([conv.loc, op.loc])
     w, c = _folded(b, op, conv.w, conv.b, (op.result.type.shape[1], 1, 1, 1))
@@ -98,7 +98,7 @@ def _matmul_and_bias(y: Value) -> tuple[linalg.MatMul, Value | None, list[Op]] |
     return None
 
 
-def fold_matmul(op: nn.BatchNorm, b: Builder) -> Value | None:
+def fold_matmul(op: nn.BatchNorm, b: Builder, args: bool = True) -> Value | None:
     """batch_norm(matmul(x, w) [+ c]) -> matmul(x, w * s) + ((c - mean) * s + bias), s along w's columns.
     Only for a rank-2 [N, C] result of a 2-D x and a 2-D w (then batch_norm's channel axis 1 is w's last),
     c of shape [C]; the matmul (and the add) must have no other user; w, c and the parameters are constants
@@ -115,7 +115,7 @@ def fold_matmul(op: nn.BatchNorm, b: Builder) -> Value | None:
     # Each op of the chain feeds only the next one, the last only the batch_norm.
     if not all(_only_user(b.func, o.result, u) for o, u in zip(chain, [*chain[1:], op])):
         return None
-    if not all(_is_weight(v) for v in (mm.b, c, *op.operands[1:])):
+    if not all(_is_weight(v, args) for v in (mm.b, c, *op.operands[1:])):
         return None
     b.loc = Location.merge([*(o.loc for o in chain), op.loc])
     w, shift = _folded(b, op, mm.b, c, (y.type.shape[1],))
@@ -127,7 +127,23 @@ class FoldBatchNorm(Pass):
     name = "fold-batch-norm"
     summary = "fold an inference batch_norm into the weights and bias of the conv2d or matmul before it"
 
+    weight_args: bool = field(
+        default=True,
+        metadata={"help": "also fold weights that are arguments (as ops that run per call until they are bound)"},
+    )
+
     def run(self, module: Module) -> None:
         folds: Counter = Counter()
-        rewrite(module, [fold_conv, fold_matmul], folds)
+        if self.weight_args:
+            rewrite(module, [fold_conv, fold_matmul], folds)
+            self.stats["batch-norms-folded"] += sum(folds.values())
+            return
+
+        def fold_conv_constants(op: nn.BatchNorm, b: Builder) -> Value | None:
+            return fold_conv(op, b, args=False)
+
+        def fold_matmul_constants(op: nn.BatchNorm, b: Builder) -> Value | None:
+            return fold_matmul(op, b, args=False)
+
+        rewrite(module, [fold_conv_constants, fold_matmul_constants], folds)
         self.stats["batch-norms-folded"] += sum(folds.values())

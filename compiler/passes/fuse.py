@@ -1,0 +1,207 @@
+"""fuse: group ops into kernels by their fusion kind (TVM's FuseOps), each group outlined into a function.
+
+Groups form in three phases, in TVM's order of priority, so that a matmul keeps its bias add even when
+a reshape follows it:
+1. an out-elementwise-fusable op (matmul, conv2d, pools) takes the chain of elementwise/broadcast ops
+   after it: bias add, batch_norm, relu, a residual add;
+2. a reduction (softmax, layer_norm, reduce_*) takes its elementwise/broadcast epilogue chain, then the
+   elementwise/broadcast ops whose every user is in the group (its prologue);
+3. the elementwise, broadcast and injective ops left over group greedily, from the last op backwards.
+
+Every group has one output, its last op; any other member joins only when all its users are members,
+so no work is duplicated. That also keeps the graph acyclic once each group is one call:
+a non-output member's users are members, so following users from any member reaches the output
+without leaving the group, and the output is its latest member in program order. Values leave a group
+only through its output, so a path that leaves group G1 and comes back runs o1 -> (a member of G2) ...
+-> o2 -> ... -> a member of G1, and program order gives pos(o1) < pos(o2) < ... < pos(a member of G1)
+<= pos(o1), which is impossible. Hence the call placed at the output's position sees all its inputs
+defined (every member precedes the output) and the verifier's dominance check holds.
+
+Each group of 2+ ops becomes `func @fused_<names>(inputs) -> T attributes {kernel = true}` right after
+its caller, and `%r = graph.call(inputs) {callee = @fused_...}` whose location merges every fused
+op's location. A constant whose users all sit in one kernel moves into it. Kernels are not fused
+again, so the pass is idempotent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from compiler.diagnostics import GCError, Location
+from compiler.ir import Func, Module, Op, SymbolRef, Value
+from compiler.passes import Pass
+from dialects.graph import creation
+
+ANCHOR = "out-elementwise-fusable"
+FUSABLE = ("elementwise", "broadcast", "injective", "reduction", ANCHOR)
+EPILOGUE = frozenset({"elementwise", "broadcast"})
+NAME_OPS = 5  # kernel names list at most this many ops, then `_etc`
+
+
+@dataclass(eq=False)
+class Group:
+    """Ops that become one kernel; `output` is the only member whose result may be used outside."""
+
+    output: Op
+    members: dict[Op, None]  # ordered, so that the grouping is deterministic
+    open: bool  # phase-3 groups still take members; anchor and reduction groups are complete
+
+    def add(self, op: Op, home: dict[Op, Group]) -> None:
+        self.members[op] = None
+        home[op] = self
+
+
+def _start(op: Op, home: dict[Op, Group], open: bool) -> Group:
+    g = home[op] = Group(op, {op: None}, open)
+    return g
+
+
+@dataclass
+class Fuse(Pass):
+    """Operator fusion: each group of ops becomes a kernel function and one call of it."""
+
+    name = "fuse"
+    summary = "fuse ops into kernels by kind: matmul/conv + epilogue, reduction + prologue, elementwise chains"
+    max_ops: int = field(default=16, metadata={"help": "the most ops one kernel holds (constants not counted)"})
+    kinds: tuple[str, ...] = field(default=FUSABLE, metadata={"help": "the op kinds that may fuse (default: all)"})
+
+    def __post_init__(self) -> None:
+        unknown = [k for k in self.kinds if k not in FUSABLE]
+        if unknown:
+            raise GCError(f"pass 'fuse': unknown kind '{unknown[0]}' (kinds: {', '.join(FUSABLE)})")
+        if self.max_ops < 1:
+            raise GCError(f"pass 'fuse': max-ops must be at least 1, got {self.max_ops}")
+
+    def run(self, module: Module) -> None:
+        funcs: list[Func] = []
+        taken = set(module.funcs)
+        for f in module:
+            funcs.append(f)
+            if f.attrs.get("kernel"):
+                continue
+            groups = [g for g in self.groups(f) if len(g.members) > 1]
+            funcs += _outline(f, groups, taken)
+            self.stats["groups-fused"] += len(groups)
+            self.stats["ops-fused"] += sum(len(g.members) for g in groups)
+        module.funcs = {f.name: f for f in funcs}
+
+    def kind(self, op: Op | None) -> str:
+        """The op's kind if it may fuse; a multi-result op (split) is opaque: a kernel has one result."""
+        if op is None or op.kind not in self.kinds or len(op.results) != 1:
+            return "opaque"
+        return op.kind
+
+    def groups(self, f: Func) -> list[Group]:
+        """Partition the fusable ops of `f` into groups, by the three phases above."""
+        uses = f.users()
+        home: dict[Op, Group] = {}
+
+        def joinable(op: Op | None, g: Group, kinds: frozenset[str]) -> bool:
+            """Not grouped yet, of one of `kinds`, room left in `g`, and every user already in `g`."""
+            if op in home or self.kind(op) not in kinds or len(g.members) >= self.max_ops:
+                return False
+            users = uses.get(op.result, [])
+            return bool(users) and all(u in g.members for u, _ in users)
+
+        for op in f.ops:  # phase 1: anchors and their epilogue chains
+            if op not in home and self.kind(op) == ANCHOR:
+                self.extend_forward(_start(op, home, open=False), uses, home)
+        for op in f.ops:  # phase 2: reductions, their epilogues, then their prologues
+            if op in home or self.kind(op) != "reduction":
+                continue
+            g = _start(op, home, open=False)
+            self.extend_forward(g, uses, home)
+            while True:  # one at a time: a producer may qualify only once another has joined
+                p = next((p for p in _producers(g) if joinable(p, g, EPILOGUE)), None)
+                if p is None:
+                    break
+                g.add(p, home)
+        for op in reversed(f.ops):  # phase 3: what is left, from the last op backwards
+            if op in home or self.kind(op) not in EPILOGUE | {"injective"}:
+                continue
+            first_user = next((u for u, _ in uses.get(op.result, [])), None)
+            g = home.get(first_user)
+            if g is not None and g.open and joinable(op, g, EPILOGUE | {"injective"}):
+                g.add(op, home)
+            else:
+                _start(op, home, open=True)
+        return list(dict.fromkeys(home.values()))
+
+    def extend_forward(self, g: Group, uses: dict, home: dict[Op, Group]) -> None:
+        """Append elementwise/broadcast ops while the output has one user: an epilogue chain."""
+        while len(g.members) < self.max_ops:
+            users = {u for u, _ in uses.get(g.output.result, [])}
+            u = users.pop() if len(users) == 1 else None
+            if u is None or u in home or self.kind(u) not in EPILOGUE:
+                return
+            g.add(u, home)
+            g.output = u
+
+
+def _producers(g: Group) -> list[Op]:
+    return [v.owner for m in g.members for v in m.operands if v.owner is not None]
+
+
+def _outline(f: Func, groups: list[Group], taken: set[str]) -> list[Func]:
+    """Replace each group in `f` by a call of a new kernel function; returns the kernels in order."""
+    uses = f.users()
+    where: dict[Op, Group] = {op: g for g in groups for op in g.members}
+    for op in f.ops:
+        homes = [where.get(u) for u, _ in uses.get(op.result, [])] if op.kind == "constant" else []
+        if homes and homes[0] is not None and all(h is homes[0] for h in homes):
+            where[op] = homes[0]  # a constant only this kernel reads moves into it
+    bodies: dict[Group, list[Op]] = {}
+    for op in f.ops:
+        if op in where:
+            bodies.setdefault(where[op], []).append(op)
+
+    kernels: list[Func] = []
+    repl: dict[Value, Value] = {}
+    new_ops: list[Op] = []
+    for op in f.ops:
+        g = where.get(op)
+        if g is None:
+            op.operands = [repl.get(v, v) for v in op.operands]
+            new_ops.append(op)
+        elif op is g.output:
+            kernel, call = _kernel(bodies[g], op, taken)
+            call.operands = [repl.get(v, v) for v in call.operands]
+            repl[op.result] = call.result
+            new_ops.append(call)
+            kernels.append(kernel)
+    f.ops = new_ops
+    f.results = [repl.get(v, v) for v in f.results]
+    return kernels
+
+
+def _kernel(body: list[Op], output: Op, taken: set[str]) -> tuple[Func, Op]:
+    """The kernel function holding `body` (moved, in program order) and the call that replaces it."""
+    inside = {r for op in body for r in op.results}
+    inputs = list(dict.fromkeys(v for op in body for v in op.operands if v not in inside))
+    args = {v: Value(v.type, v.name) for v in inputs}
+    for op in body:
+        op.operands = [args.get(v, v) for v in op.operands]
+    compute = [op for op in body if op.kind != "constant"]
+    loc = Location.merge([op.loc for op in compute])
+    kernel = Func(_unique(_kernel_name(compute), taken), list(args.values()), [output.result.type], loc)
+    kernel.attrs = {"kernel": True}
+    kernel.ops = body
+    kernel.results = [output.result]
+    kernel.return_loc = output.loc
+    call = creation.Call(inputs, {"callee": SymbolRef(kernel.name)}, [output.result.type], loc)
+    call.result.name = output.result.name
+    return kernel, call
+
+
+def _kernel_name(ops: list[Op]) -> str:
+    names = [op.name.split(".", 1)[-1] for op in ops]
+    return "fused_" + "_".join(names[:NAME_OPS]) + ("_etc" if len(names) > NAME_OPS else "")
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    out, n = name, 0
+    while out in taken:
+        n += 1
+        out = f"{name}_{n}"
+    taken.add(out)
+    return out

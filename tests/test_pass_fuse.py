@@ -1,0 +1,257 @@
+"""fuse: outputs kept on every example and on random DAGs, groups per example, kernel shape rules, idempotence."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from compiler.builder import finish, new_func
+from compiler.diagnostics import GCError
+from compiler.inputs import random_inputs
+from compiler.interpreter import run
+from compiler.ir import DType, Func, Module, SymbolRef, TensorType
+from compiler.parser import parse, parse_file
+from compiler.pipeline import parse_pipeline, run_pipeline
+from dialects.graph import creation
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.gir"))
+ANCHOR = "out-elementwise-fusable"
+
+
+def fuse(module: Module, pipeline: str = "fuse") -> Counter:
+    """Run the pass (verified by the pipeline) and return its statistics."""
+    (p,) = parse_pipeline(pipeline)
+    run_pipeline(module, [p])
+    return p.stats
+
+
+def kernels(module: Module) -> list[Func]:
+    return [f for f in module if f.attrs.get("kernel")]
+
+
+def op_names(module: Module) -> Counter:
+    """Every op of the module but the calls fuse made: fusion moves ops, it never copies or drops one."""
+    return Counter(op.name for f in module for op in f.ops if not _is_kernel_call(module, op))
+
+
+def _is_kernel_call(module: Module, op) -> bool:
+    return op.name == "graph.call" and module[op.callee.name].attrs.get("kernel") is True
+
+
+def inputs(module: Module) -> dict[str, np.ndarray]:
+    """Inputs drawn from the unfused module: random_inputs scales weights by how matmul and conv2d use them."""
+    return random_inputs(module["main"], 0)
+
+
+def assert_same(before: list[np.ndarray], after: list[np.ndarray]) -> None:
+    assert len(before) == len(after)
+    for a, b in zip(before, after):
+        # The same reference ops run in the same order, so bit for bit (NaNs included, bf16 too).
+        assert a.dtype == b.dtype and a.shape == b.shape
+        assert a.tobytes() == b.tobytes(), f"{a} != {b}"
+
+
+def assert_kernel_rules(module: Module, max_ops: int = 16) -> None:
+    """At most one anchor (matmul, conv2d, pool) per kernel, and first; at most one reduction; size bound."""
+    for k in kernels(module):
+        compute = [op for op in k.ops if op.kind != "constant"]
+        kinds = [op.kind for op in compute]
+        assert 2 <= len(compute) <= max_ops, k.name
+        assert kinds.count(ANCHOR) <= 1 and (ANCHOR not in kinds or kinds[0] == ANCHOR), k.name
+        assert kinds.count("reduction") <= 1, k.name
+        assert "opaque" not in kinds, k.name
+
+
+# --- examples --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_fusion_keeps_the_outputs_of_every_example(path: Path) -> None:
+    module = parse_file(path)
+    args = inputs(module)
+    before = run(module, args)
+    fuse(module)
+    assert_same(before, run(module, args))
+
+
+@pytest.mark.parametrize(
+    "name, groups, ops",
+    [("mlp", 3, 8), ("train_mlp", 3, 8), ("cnn", 10, 30), ("transformer", 11, 25)],
+)
+def test_groups_per_example(name: str, groups: int, ops: int) -> None:
+    module = parse_file(ROOT / "examples" / f"{name}.gir")
+    stats = fuse(module)
+    assert (stats["groups-fused"], stats["ops-fused"]) == (groups, ops)
+    assert len(kernels(module)) == groups
+
+
+def test_mlp_becomes_three_matmul_kernels() -> None:
+    module = parse_file(ROOT / "examples" / "mlp.gir")
+    fuse(module)
+    assert list(module.funcs) == ["main", "fused_matmul_add_relu", "fused_matmul_add_relu_1", "fused_matmul_add"]
+    assert [op.name for op in module["main"].ops] == ["graph.call"] * 3
+
+
+def test_transformer_keeps_bias_adds_with_their_matmuls() -> None:
+    module = parse_file(ROOT / "examples" / "transformer.gir")
+    fuse(module)
+    names = Counter(k.name.rstrip("_0123456789") for k in kernels(module))
+    assert names == {
+        "fused_matmul_add": 3,
+        "fused_reshape_transpose": 3,
+        "fused_matmul_mul": 1,
+        "fused_transpose_reshape": 1,
+        "fused_matmul_add_add": 2,
+        "fused_matmul_add_gelu": 1,
+    }
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_examples_obey_the_kernel_rules_and_lose_no_op(path: Path) -> None:
+    module = parse_file(path)
+    names = op_names(module)
+    fuse(module)
+    assert op_names(module) == names
+    assert_kernel_rules(module)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_fusing_twice_changes_nothing(path: Path) -> None:
+    module = parse_file(path)
+    fuse(module)
+    once = str(module)
+    stats = fuse(module)
+    assert str(module) == once
+    assert stats["groups-fused"] == 0
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+def test_fused_module_round_trips(path: Path) -> None:
+    module = parse_file(path)
+    fuse(module)
+    text = str(module)
+    assert str(parse(text)) == text
+
+
+@pytest.mark.parametrize("max_ops", [1, 2, 3, 4])
+def test_max_ops_bounds_every_kernel(max_ops: int) -> None:
+    module = parse_file(ROOT / "examples" / "cnn.gir")
+    args = inputs(module)
+    before = run(module, args)
+    fuse(module, f"fuse{{max-ops={max_ops}}}")
+    assert all(len(k.ops) <= max_ops for k in kernels(module))
+    assert (max_ops == 1) == (not kernels(module))
+    assert_same(before, run(module, args))
+
+
+def test_kinds_restriction_keeps_matmuls_out() -> None:
+    module = parse_file(ROOT / "examples" / "mlp.gir")
+    fuse(module, "fuse{kinds=elementwise,broadcast}")
+    assert [k.name for k in kernels(module)] == ["fused_add_relu", "fused_add_relu_1"]
+    assert Counter(op.name for op in module["main"].ops) == {"graph.matmul": 3, "graph.call": 2, "graph.add": 1}
+
+
+def test_kernel_names_avoid_existing_functions() -> None:
+    module = parse("""
+func @fused_exp_relu(%x: tensor<4xf32>) -> tensor<4xf32> {
+  return %x
+}
+func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %e = graph.exp(%x)
+  %r = graph.relu(%e)
+  return %r
+}
+""")
+    fuse(module)
+    assert list(module.funcs) == ["fused_exp_relu", "main", "fused_exp_relu_1"]
+    assert module["main"].ops[0].callee == SymbolRef("fused_exp_relu_1")
+
+
+@pytest.mark.parametrize(
+    "pipeline, message",
+    [
+        ("fuse{kinds=elementwise,opaque}", "unknown kind 'opaque'"),
+        ("fuse{max-ops=0}", "max-ops must be at least 1, got 0"),
+        ("fuse{max-ops=many}", "option 'max-ops' expects int, got 'many'"),
+    ],
+)
+def test_bad_options_are_user_errors(pipeline: str, message: str) -> None:
+    with pytest.raises(GCError, match=message):
+        parse_pipeline(pipeline)
+
+
+# --- random DAGs -----------------------------------------------------------------------------------
+
+SQ = TensorType((4, 4), DType.f32)
+VEC = TensorType((4,), DType.f32)
+UNARY = ["relu", "tanh", "neg", "sigmoid", "abs", "gelu"]
+BINARY = ["add", "mul", "sub", "maximum"]
+
+
+def _helper() -> Func:
+    """An ordinary function main calls: its call is opaque to fusion."""
+    f, b, (x,) = new_func("helper", {"x": SQ})
+    return finish(f, b.relu(b.neg(x)))
+
+
+@st.composite
+def random_dag(draw) -> Module:
+    """@main over 4x4 tensors: a random DAG mixing every fusion kind, values used several times, several
+    results. Every op keeps the 4x4 shape, so any value can feed any op."""
+    f, b, (x, y, g, beta) = new_func("main", {"x": SQ, "y": SQ, "g": VEC, "beta": VEC})
+    pool = [x, y]
+    pick = lambda: draw(st.sampled_from(pool))  # noqa: E731
+    for _ in range(draw(st.integers(1, 14))):
+        step = draw(st.sampled_from(["unary", "binary", "const", "injective", "split", "reduce", "softmax",
+                                     "layer_norm", "matmul", "lrn", "call"]))  # fmt: skip
+        if step == "unary":
+            v = getattr(b, draw(st.sampled_from(UNARY)))(pick())
+        elif step == "binary":
+            v = getattr(b, draw(st.sampled_from(BINARY)))(pick(), pick())
+        elif step == "const":
+            c = b.constant(draw(st.sampled_from([np.float32(0.5), np.arange(4, dtype=np.float32)])))
+            v = b.mul(pick(), c) if draw(st.booleans()) else b.add(c, pick())
+        elif step == "injective":
+            v = b.transpose(pick()) if draw(st.booleans()) else b.reshape(b.reshape(pick(), shape=(2, 8)), shape=(4, 4))
+        elif step == "split":
+            top, bottom = b.split(pick(), sections=(1, 3))
+            v = b.concat(bottom, top, axis=0)
+        elif step == "reduce":
+            v = b.add(pick(), b.reduce_sum(pick(), axes=(1,), keepdims=True))
+        elif step == "softmax":
+            v = b.softmax(pick(), axis=draw(st.sampled_from([0, 1])))
+        elif step == "layer_norm":
+            v = b.layer_norm(pick(), g, beta)
+        elif step == "matmul":
+            v = b.matmul(pick(), pick())
+        elif step == "lrn":
+            v = b.lrn(pick(), size=3)
+        else:
+            call = creation.Call([pick()], {"callee": SymbolRef("helper")}, [SQ])
+            f.ops.append(call)
+            v = call.result
+        pool.append(v)
+    extra = draw(st.lists(st.sampled_from(pool), max_size=2))
+    return Module([finish(f, pool[-1], *extra), _helper()])
+
+
+@settings(max_examples=60, deadline=None)
+@given(random_dag(), st.integers(2, 6))
+def test_fusion_keeps_outputs_and_makes_no_cycle(module: Module, max_ops: int) -> None:
+    args = inputs(module)
+    before = run(module, args)
+    names = op_names(module)
+    fuse(module, f"fuse{{max-ops={max_ops}}}")  # the pipeline verifies: dominance, call types, no recursion
+    assert_same(before, run(module, args))
+    assert op_names(module) == names
+    assert_kernel_rules(module, max_ops)
+    text = str(module)
+    assert str(parse(text)) == text
+    fuse(module, f"fuse{{max-ops={max_ops}}}")
+    assert str(module) == text

@@ -20,6 +20,31 @@ def erf(x: np.ndarray) -> np.ndarray:
     return np.asarray(_erf(np.asarray(x, dtype=np.float64)), dtype=np.float64)
 
 
+def _topi(path: str):
+    """A lowering that calls tvm.topi.<path>; TVM is imported only when code is generated."""
+
+    def lower(self, *xs):
+        import tvm.topi as topi
+
+        f = topi
+        for part in path.split("."):
+            f = getattr(f, part)
+        return f(*xs)
+
+    return lower
+
+
+def _te(expr):
+    """A unary lowering from a scalar TE expression builder: expr(x_element) -> element."""
+
+    def lower(self, x):
+        from tvm import te
+
+        return te.compute(x.shape, lambda *i: expr(x(*i)), name=self.name.split(".")[-1])
+
+    return lower
+
+
 def _define(base: type[Op], name: str, fn, doc: str, **extra) -> type[Op]:
     """Make `graph.<name>` as a subclass of `base` that computes `fn`."""
     cls_name = "".join(p.capitalize() for p in name.split(".")[-1].split("_"))
@@ -53,29 +78,35 @@ class Unary(Op):
         return (0.5, 2.0) if self.positive_domain else None
 
 
-def unary(name: str, fn, doc: str, floats_only: bool = True, positive: bool = False) -> type[Op]:
-    return _define(Unary, name, fn, doc, floats_only=floats_only, positive_domain=positive)
+def unary(name: str, fn, doc: str, floats_only: bool = True, positive: bool = False, lower=None) -> type[Op]:
+    extra = {"lower": lower} if lower is not None else {}
+    return _define(Unary, name, fn, doc, floats_only=floats_only, positive_domain=positive, **extra)
 
 
 def _sigmoid(x):
     return np.exp(-np.logaddexp(0, -x))
 
 
-Neg = unary("graph.neg", np.negative, "-x:  %y = graph.neg(%x) : tensor<4xf32>", floats_only=False)
-Abs = unary("graph.abs", np.abs, "|x|:  %y = graph.abs(%x) : tensor<4xf32>", floats_only=False)
-Exp = unary("graph.exp", np.exp, "e^x:  %y = graph.exp(%x) : tensor<4xf32>")
-Log = unary("graph.log", np.log, "natural log:  %y = graph.log(%x) : tensor<4xf32>", positive=True)
-Sqrt = unary("graph.sqrt", np.sqrt, "square root:  %y = graph.sqrt(%x) : tensor<4xf32>", positive=True)
-Rsqrt = unary("graph.rsqrt", lambda x: 1 / np.sqrt(x), "1/sqrt(x):  %y = graph.rsqrt(%x) : tensor<4xf32>", positive=True)
-Reciprocal = unary("graph.reciprocal", lambda x: 1 / x, "1/x:  %y = graph.reciprocal(%x) : tensor<4xf32>")
-Tanh = unary("graph.tanh", np.tanh, "tanh:  %y = graph.tanh(%x) : tensor<4xf32>")
-Sigmoid = unary("graph.sigmoid", _sigmoid, "1/(1+e^-x):  %y = graph.sigmoid(%x) : tensor<4xf32>")
-Relu = unary("graph.relu", lambda x: np.maximum(x, 0), "max(x, 0):  %y = graph.relu(%x) : tensor<4xf32>", False)
-Erf = unary("graph.erf", erf, "the error function:  %y = graph.erf(%x) : tensor<4xf32>")
-Sin = unary("graph.sin", np.sin, "sine:  %y = graph.sin(%x) : tensor<4xf32>")
-Cos = unary("graph.cos", np.cos, "cosine:  %y = graph.cos(%x) : tensor<4xf32>")
-Floor = unary("graph.floor", np.floor, "round down:  %y = graph.floor(%x) : tensor<4xf32>")
-Ceil = unary("graph.ceil", np.ceil, "round up:  %y = graph.ceil(%x) : tensor<4xf32>")
+Neg = unary("graph.neg", np.negative, "-x:  %y = graph.neg(%x) : tensor<4xf32>", False, lower=_topi("negative"))
+Abs = unary("graph.abs", np.abs, "|x|:  %y = graph.abs(%x) : tensor<4xf32>", False, lower=_topi("abs"))
+Exp = unary("graph.exp", np.exp, "e^x:  %y = graph.exp(%x) : tensor<4xf32>", lower=_topi("exp"))
+Log = unary("graph.log", np.log, "natural log:  %y = graph.log(%x) : tensor<4xf32>", positive=True, lower=_topi("log"))
+Sqrt = unary("graph.sqrt", np.sqrt, "square root:  %y = graph.sqrt(%x) : tensor<4xf32>", positive=True,
+             lower=_topi("sqrt"))
+Rsqrt = unary("graph.rsqrt", lambda x: 1 / np.sqrt(x), "1/sqrt(x):  %y = graph.rsqrt(%x) : tensor<4xf32>",
+              positive=True, lower=_topi("rsqrt"))
+Reciprocal = unary("graph.reciprocal", lambda x: 1 / x, "1/x:  %y = graph.reciprocal(%x) : tensor<4xf32>",
+                   lower=_te(lambda x: 1 / x))
+Tanh = unary("graph.tanh", np.tanh, "tanh:  %y = graph.tanh(%x) : tensor<4xf32>", lower=_topi("tanh"))
+Sigmoid = unary("graph.sigmoid", _sigmoid, "1/(1+e^-x):  %y = graph.sigmoid(%x) : tensor<4xf32>",
+                lower=_topi("sigmoid"))
+Relu = unary("graph.relu", lambda x: np.maximum(x, 0), "max(x, 0):  %y = graph.relu(%x) : tensor<4xf32>", False,
+             lower=_topi("nn.relu"))
+Erf = unary("graph.erf", erf, "the error function:  %y = graph.erf(%x) : tensor<4xf32>", lower=_topi("erf"))
+Sin = unary("graph.sin", np.sin, "sine:  %y = graph.sin(%x) : tensor<4xf32>", lower=_topi("sin"))
+Cos = unary("graph.cos", np.cos, "cosine:  %y = graph.cos(%x) : tensor<4xf32>", lower=_topi("cos"))
+Floor = unary("graph.floor", np.floor, "round down:  %y = graph.floor(%x) : tensor<4xf32>", lower=_topi("floor"))
+Ceil = unary("graph.ceil", np.ceil, "round up:  %y = graph.ceil(%x) : tensor<4xf32>", lower=_topi("ceil"))
 Softplus = unary("graph.softplus", lambda x: np.logaddexp(0, x), "log(1+e^x):  %y = graph.softplus(%x) : tensor<4xf32>")
 
 
@@ -169,8 +200,9 @@ class Binary(Op):
         return self.result.type.size
 
 
-def binary(name: str, fn, doc: str, result_bool: bool = False) -> type[Op]:
-    return _define(Binary, name, fn, doc, result_bool=result_bool)
+def binary(name: str, fn, doc: str, result_bool: bool = False, lower=None) -> type[Op]:
+    extra = {"lower": lower} if lower is not None else {}
+    return _define(Binary, name, fn, doc, result_bool=result_bool, **extra)
 
 
 def _div(a, b):
@@ -196,16 +228,16 @@ def _pow(a, b):
     return np.power(a, b)
 
 
-Add = binary("graph.add", np.add, "a + b:  %z = graph.add(%x, %y) : tensor<4xf32>")
-Sub = binary("graph.sub", np.subtract, "a - b:  %z = graph.sub(%x, %y) : tensor<4xf32>")
-Mul = binary("graph.mul", np.multiply, "a * b:  %z = graph.mul(%x, %y) : tensor<4xf32>")
+Add = binary("graph.add", np.add, "a + b:  %z = graph.add(%x, %y) : tensor<4xf32>", lower=_topi("add"))
+Sub = binary("graph.sub", np.subtract, "a - b:  %z = graph.sub(%x, %y) : tensor<4xf32>", lower=_topi("subtract"))
+Mul = binary("graph.mul", np.multiply, "a * b:  %z = graph.mul(%x, %y) : tensor<4xf32>", lower=_topi("multiply"))
 Div = binary("graph.div", _div, "a / b (integers truncate):  %z = graph.div(%x, %y) : tensor<4xf32>")
 Pow = binary("graph.pow", _pow, "a ** b:  %z = graph.pow(%x, %y) : tensor<4xf32>")
-Maximum = binary("graph.maximum", np.maximum, "max(a, b):  %z = graph.maximum(%x, %y) : tensor<4xf32>")
-Minimum = binary("graph.minimum", np.minimum, "min(a, b):  %z = graph.minimum(%x, %y) : tensor<4xf32>")
-Equal = binary("graph.equal", np.equal, "a == b:  %z = graph.equal(%x, %y) : tensor<4xi1>", True)
-Less = binary("graph.less", np.less, "a < b:  %z = graph.less(%x, %y) : tensor<4xi1>", True)
-Greater = binary("graph.greater", np.greater, "a > b:  %z = graph.greater(%x, %y) : tensor<4xi1>", True)
+Maximum = binary("graph.maximum", np.maximum, "max(a, b):  %z = graph.maximum(%x, %y) : tensor<4xf32>", lower=_topi("maximum"))
+Minimum = binary("graph.minimum", np.minimum, "min(a, b):  %z = graph.minimum(%x, %y) : tensor<4xf32>", lower=_topi("minimum"))
+Equal = binary("graph.equal", np.equal, "a == b:  %z = graph.equal(%x, %y) : tensor<4xi1>", True, lower=_topi("equal"))
+Less = binary("graph.less", np.less, "a < b:  %z = graph.less(%x, %y) : tensor<4xi1>", True, lower=_topi("less"))
+Greater = binary("graph.greater", np.greater, "a > b:  %z = graph.greater(%x, %y) : tensor<4xi1>", True, lower=_topi("greater"))
 
 
 class Where(Op, name="graph.where"):

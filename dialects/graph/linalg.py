@@ -45,3 +45,13 @@ class MatMul(Op, name="graph.matmul"):
 
 
 OPS = [MatMul]
+
+
+def _lower_matmul(self, a, b):
+    """TE matmul: NumPy semantics, 2-D only for now (batched forms come with the codegen issue)."""
+    from tvm import topi
+
+    return topi.matmul(a, b)
+
+
+MatMul.lower = _lower_matmul

@@ -1,0 +1,138 @@
+"""compile(): parse, bind weights, optimize, lower each kernel, schedule it, build one library, plan buffers."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from compiler.codegen.lower import Kernel, kernels_of, lower_kernel
+from compiler.codegen.runtime import CompiledModel
+from compiler.codegen.target import make_target
+from compiler.diagnostics import GCError
+from compiler.ir import Dense, Module, Value
+from compiler.parser import parse, parse_file
+
+PIPELINE = "canonicalize,fold-constants,cse,fold-batch-norm{weight-args=false},canonicalize,fold-constants,cse,dce,fuse"
+
+
+def load_module(source) -> Module:
+    """A Module from a Module, a path to a .gir file, or GIR text."""
+    if isinstance(source, Module):
+        return source.clone()
+    if isinstance(source, Path) or (isinstance(source, str) and source.endswith(".gir") and "\n" not in source):
+        return parse_file(source)
+    return parse(source, "<text>")
+
+
+def bind_params(module: Module, entry: str, params: dict[str, np.ndarray]) -> None:
+    """Arguments named in `params` become constants: weights fixed at compile time, which passes fold."""
+    from compiler.builder import Builder
+    from compiler.interpreter import bind_inputs
+
+    f = module[entry]
+    names = {a.name for a in f.args}
+    unknown = [k for k in params if k not in names]
+    if unknown:
+        raise GCError(f"--params: @{entry} has no argument %{unknown[0]}")
+    bound = [a for a in f.args if a.name in params]
+    values = dict(zip([a.name for a in f.args], bind_inputs(f, {a.name: params.get(a.name, _zeros(a)) for a in f.args})))
+    b = Builder(f, 0)
+    for a in bound:
+        c = b.constant(values[a.name], a.type.dtype)
+        c.name = a.name
+        f.replace_all_uses(a, c)
+    f.args = [a for a in f.args if a.name not in params]
+
+
+def _zeros(a: Value) -> np.ndarray:
+    return np.zeros(a.type.shape, a.type.dtype.np)
+
+
+def compile(source, target: str = "llvm", *, params: dict[str, np.ndarray] | None = None, entry: str = "main",
+            pipeline: str | None = None, arch: str | None = None) -> CompiledModel:
+    """Compile a module (path, text or Module) for llvm or cuda; returns a callable CompiledModel."""
+    from compiler.pipeline import run_pipeline
+
+    t0 = time.perf_counter()
+    module = load_module(source)
+    if entry not in module:
+        raise GCError(f"no function @{entry} in the module")
+    if params:
+        bind_params(module, entry, params)
+    run_pipeline(module, PIPELINE if pipeline is None else pipeline)
+    model = build(module, target, entry=entry, arch=arch)
+    model.compile_seconds = time.perf_counter() - t0
+    return model
+
+
+def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: str | None = None) -> CompiledModel:
+    """Lower, schedule and compile the entry function's kernels into one library."""
+    import tvm
+
+    from compiler.codegen import schedule_cpu
+
+    tgt = make_target(target, arch)
+    kernels = [k for k in kernels_of(module, entry) if all(v.type.size > 0 for v in k.outputs)]
+    funcs = {}
+    for k in kernels:
+        prim = lower_kernel(k)
+        if target == "llvm":
+            prim = schedule_cpu.schedule(prim, k.kind).with_attr("global_symbol", k.name)
+        else:
+            from compiler.codegen import schedule_cuda
+
+            prim = schedule_cuda.schedule(prim, k.kind, tgt).with_attr("global_symbol", k.name)
+        funcs[k.name] = prim
+    if funcs:
+        lib = tvm.compile(tvm.IRModule(funcs), target=tgt)
+    else:
+        lib = None
+    plan, consts = _plan(module, entry, kernels)
+    return CompiledModel(lib, plan, consts, tgt)
+
+
+def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict[str, np.ndarray]]:
+    """Buffers (arguments, constants, one per intermediate: allocated once) and the kernel calls."""
+    f = module[entry]
+    buffers: list[dict] = []
+    slot: dict[Value, int] = {}
+    consts: dict[str, np.ndarray] = {}
+
+    def add(v: Value, kind: str, **extra) -> int:
+        slot[v] = len(buffers)
+        buffers.append({"kind": kind, "shape": list(v.type.shape), "dtype": str(v.type.dtype), **extra})
+        return slot[v]
+
+    def const(op) -> int:
+        name = f"c{len(consts)}"
+        consts[name] = np.ascontiguousarray(op.value.array)
+        return add(op.result, "const", name=name)
+
+    for i, a in enumerate(f.args):
+        add(a, "arg", index=i, name=a.name)
+    for op in f.ops:
+        if op.name == "graph.constant":
+            const(op)
+    calls = []
+    for k in kernels:
+        for v in k.outputs:
+            add(v, "temp")
+        inner = [const(op) for op in getattr(k, "const_ops", [])]
+        calls.append({"kernel": k.name, "buffers": [slot[v] for v in k.inputs] + inner + [slot[v] for v in k.outputs]})
+    for op in f.ops:  # zero-size results have no kernel: an empty constant stands in
+        for r in op.results:
+            if r not in slot:
+                consts_name = f"c{len(consts)}"
+                consts[consts_name] = np.zeros(r.type.shape, r.type.dtype.np)
+                add(r, "const", name=consts_name)
+    plan = {
+        "entry": entry,
+        "args": [{"name": a.name, "shape": list(a.type.shape), "dtype": str(a.type.dtype)} for a in f.args],
+        "buffers": buffers,
+        "calls": calls,
+        "results": [slot[v] for v in f.results],
+        "result_types": [str(v.type) for v in f.results],
+    }
+    return plan, consts

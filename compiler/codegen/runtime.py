@@ -1,0 +1,133 @@
+"""The compiled model: kernels called in order on buffers allocated once.
+
+Per call there is no Python loop that allocates: inputs are passed zero-copy (DLPack), intermediate
+buffers were allocated at load time, and only the returned arrays are new.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import tempfile
+import zipfile
+from pathlib import Path
+
+import numpy as np
+
+from compiler.diagnostics import GCError
+from compiler.ir import DType
+
+FORMAT = "gcpkg-1"
+ALIGN = 64
+
+
+class CompiledModel:
+    """Call it with NumPy arrays (positional or by argument name); it returns a list of NumPy arrays."""
+
+    def __init__(self, lib, plan: dict, consts: dict[str, np.ndarray], target: dict):
+        import tvm
+
+        self.lib = lib
+        self.plan = plan
+        self.target = target
+        self.consts = consts
+        self.device = tvm.cuda(0) if target["kind"] == "cuda" else tvm.cpu(0)
+        self.arg_names = [a["name"] for a in plan["args"]]
+        self.arg_types = [(tuple(a["shape"]), np.dtype(DType(a["dtype"]).np)) for a in plan["args"]]
+        self._bufs: list = [None] * len(plan["buffers"])
+        self._arg_slots: list[int] = []
+        for i, b in enumerate(plan["buffers"]):
+            dtype = DType(b["dtype"]).tvm
+            if b["kind"] == "const":
+                self._bufs[i] = tvm.runtime.tensor(consts[b["name"]], self.device)
+            elif b["kind"] == "temp":
+                self._bufs[i] = tvm.runtime.empty(tuple(b["shape"]), dtype, self.device)
+        self._arg_slots = [next(i for i, b in enumerate(plan["buffers"]) if b["kind"] == "arg" and b["index"] == k)
+                           if any(b["kind"] == "arg" and b["index"] == k for b in plan["buffers"]) else -1
+                           for k in range(len(plan["args"]))]
+        # TVM kernels assume 64-byte aligned buffers (vector loads); a misaligned input is copied here.
+        self._staging = [tvm.runtime.empty(shape, DType.from_numpy(dt).tvm, self.device) for shape, dt in self.arg_types]
+        self._calls = [(lib[c["kernel"]], c["buffers"]) for c in plan["calls"]]
+        self._results = plan["results"]
+
+    @property
+    def num_kernels(self) -> int:
+        return len(self._calls)
+
+    def __call__(self, *args, **kwargs) -> list[np.ndarray]:
+        inputs = self._bind(args, kwargs)
+        bufs = list(self._bufs)
+        on_gpu = self.target["kind"] == "cuda"
+        for slot, x, staging in zip(self._arg_slots, inputs, self._staging):
+            if slot < 0:
+                continue
+            if on_gpu or x.ctypes.data % ALIGN:
+                staging.copyfrom(x)
+                bufs[slot] = staging
+            else:
+                bufs[slot] = x
+        for fn, idx in self._calls:
+            fn(*[bufs[i] for i in idx])
+        out = []
+        for r in self._results:
+            b = bufs[r]
+            out.append(np.array(b, copy=True) if isinstance(b, np.ndarray) else b.numpy())
+        return out
+
+    def _bind(self, args, kwargs) -> list[np.ndarray]:
+        if args and kwargs:
+            raise GCError("pass the inputs either by position or by name, not both")
+        if kwargs:
+            extra = [k for k in kwargs if k not in self.arg_names]
+            if extra:
+                raise GCError(f"unknown input '{extra[0]}': the model takes " + ", ".join(self.arg_names))
+            missing = [n for n in self.arg_names if n not in kwargs]
+            if missing:
+                raise GCError(f"missing input '{missing[0]}'")
+            args = tuple(kwargs[n] for n in self.arg_names)
+        if len(args) != len(self.arg_names):
+            raise GCError(f"the model takes {len(self.arg_names)} input(s) ({', '.join(self.arg_names)}), got {len(args)}")
+        out = []
+        for name, (shape, dtype), x in zip(self.arg_names, self.arg_types, args):
+            x = np.asarray(x)
+            if x.shape != shape:
+                raise GCError(f"input '{name}' has shape {list(x.shape)}, expected {list(shape)}")
+            if x.dtype != dtype:
+                if not np.can_cast(x.dtype, dtype, casting="same_kind"):
+                    raise GCError(f"input '{name}' has dtype {x.dtype}, expected {dtype}")
+                x = x.astype(dtype)
+            out.append(np.ascontiguousarray(x))
+        return out
+
+    # -- the artifact: one zip with the library, the plan and the constants --
+
+    def save(self, path: str | Path) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            lib = Path(d) / "lib.so"
+            self.lib.export_library(str(lib))
+            consts = io.BytesIO()
+            np.savez(consts, **self.consts)
+            with zipfile.ZipFile(path, "w") as z:
+                z.writestr("plan.json", json.dumps({"format": FORMAT, "target": self.target, **self.plan}, indent=1))
+                z.write(lib, "lib.so")
+                z.writestr("consts.npz", consts.getvalue())
+
+    @staticmethod
+    def load(path: str | Path) -> CompiledModel:
+        import tvm
+
+        try:
+            z = zipfile.ZipFile(path)
+        except (OSError, zipfile.BadZipFile) as e:
+            raise GCError(f"cannot read compiled model {path}: {e}") from None
+        with z, tempfile.TemporaryDirectory() as d:
+            plan = json.loads(z.read("plan.json"))
+            if plan.get("format") != FORMAT:
+                raise GCError(f"{path} is not a gc compiled model ({FORMAT})")
+            z.extract("lib.so", d)
+            lib = tvm.runtime.load_module(str(Path(d) / "lib.so"))
+            with np.load(io.BytesIO(z.read("consts.npz"))) as c:
+                consts = {k: c[k] for k in c.files}
+        target = plan.pop("target")
+        plan.pop("format")
+        return CompiledModel(lib, plan, consts, target)

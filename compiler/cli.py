@@ -65,9 +65,9 @@ def _parser() -> argparse.ArgumentParser:
                        description="Run a function of a .gir module. Inputs come from an .npz keyed by "
                        "argument name (without %%) or are made up with --random-inputs; outputs are "
                        "summarised on the terminal and saved with --outputs, keyed result0, result1, ...")
-    r.add_argument("file", help="the .gir file")
-    r.add_argument("--target", default="interp", choices=["interp", "llvm", "cuda"],
-                   help="where to run: interp is the NumPy reference interpreter (default)")
+    r.add_argument("file", help="the .gir file, or a compiled .gcpkg artifact")
+    r.add_argument("--target", default=None, choices=["interp", "llvm", "cuda"],
+                   help="where to run: interp is the NumPy reference interpreter (default for .gir files)")
     r.add_argument("--inputs", metavar="IN.npz", help="inputs keyed by argument name")
     r.add_argument("--random-inputs", metavar="SEED", type=int,
                    help="fill every input not in --inputs deterministically from SEED")
@@ -108,6 +108,26 @@ def _parser() -> argparse.ArgumentParser:
                      help="run the interpreter after every pass and report the passes that change the outputs")
     dbg.add_argument("--bisect-limit", metavar="N", type=int, help="run only the first N passes (opt-bisect)")
     o.set_defaults(func=cmd_opt)
+
+    c = sub.add_parser("compile", help="compile a .gir module for the CPU (llvm) or an NVIDIA GPU (cuda)",
+                       description="Compile the whole pipeline down to a deployable artifact: graph passes, "
+                       "fusion, one TVM kernel per fused group, scheduled for the target, and a runtime plan. "
+                       "The artifact (.gcpkg) runs with `gc run OUT.gcpkg` or `compiler.load(path)`.",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="examples:\n  gc compile examples/mlp.gir --target llvm -o mlp.gcpkg --stats stats.json\n"
+                       "  gc compile net.gir --target cuda --emit cuda\n  gc compile net.gir --params w.npz -o net.gcpkg")
+    c.add_argument("file", help="the .gir file, or - for standard input")
+    c.add_argument("--target", default="llvm", choices=["llvm", "cuda"], help="llvm (the host CPU, default) or cuda")
+    c.add_argument("--arch", metavar="SM", help="CUDA arch, e.g. sm_80 (default: the GPU's, else sm_80)")
+    c.add_argument("-o", "--output", metavar="OUT.gcpkg", help="where to write the artifact (default: FILE.gcpkg)")
+    c.add_argument("--params", metavar="W.npz", help="bind these arguments as constants (weights) at compile time")
+    c.add_argument("--entry", default="main", metavar="NAME", help="the function to compile (default: main)")
+    c.add_argument("--stats", metavar="STATS.json", help="write compile statistics (memory, kernels, time) as JSON")
+    c.add_argument("--emit", choices=["gir", "tir", "llvm", "cuda", "asm"],
+                   help="print this stage to stdout instead of writing an artifact")
+    c.add_argument("-p", "--pipeline", default=None, metavar="PIPELINE",
+                   help="graph passes before codegen (default: the compile pipeline, -O2 plus folding bound weights)")
+    c.set_defaults(func=cmd_compile)
 
     bi = sub.add_parser("bisect", help="find the first pass of a pipeline that changes a module's outputs",
                         description="Run the pipeline, executing the module on the reference interpreter with "
@@ -345,6 +365,8 @@ def cmd_run(args) -> int:
     from compiler.interpreter import bind_inputs, run_func
     from compiler.parser import parse
 
+    if _is_artifact(args.file):
+        return _run_artifact(args)
     text, name = _read(args.file)
     module = parse(text, name)
     if args.entry not in module:
@@ -357,15 +379,119 @@ def cmd_run(args) -> int:
         given = {**{k: v for k, v in made.items() if k not in given}, **given}
     elif not args.inputs and f.args:
         raise GCError(f"@{f.name} needs inputs: give --inputs IN.npz or --random-inputs SEED")
-    if args.target != "interp":
-        raise GCError(f"target '{args.target}' is not available yet: code generation has not landed; use --target interp")
-    outs = run_func(module, f, bind_inputs(f, given))
+    inputs = bind_inputs(f, given)
+    if args.target in (None, "interp"):
+        outs = run_func(module, f, inputs)
+    else:
+        import compiler
+
+        model = compiler.compile(module, args.target, entry=args.entry)
+        outs = model(*inputs)
+    _report(args, outs, [str(t) for t in f.result_types])
+    return 0
+
+
+def _is_artifact(path: str) -> bool:
+    if path == "-" or not Path(path).is_file():
+        return False
+    with open(path, "rb") as fh:
+        return fh.read(4) == b"PK\x03\x04"
+
+
+def _run_artifact(args) -> int:
+    import compiler
+    from compiler.inputs import load_npz
+
+    model = compiler.load(args.file)
+    if args.target not in (None, model.target["kind"]):
+        raise GCError(f"{args.file} was compiled for {model.target['kind']}, not {args.target}")
+    given = load_npz(args.inputs) if args.inputs else {}
+    if args.random_inputs is not None:
+        made = _artifact_random_inputs(model, args.random_inputs)
+        given = {**{k: v for k, v in made.items() if k not in given}, **given}
+    elif not args.inputs and model.arg_names:
+        raise GCError("the model needs inputs: give --inputs IN.npz or --random-inputs SEED")
+    outs = model(**given)
+    _report(args, outs, model.plan["result_types"])
+    return 0
+
+
+def _artifact_random_inputs(model, seed: int) -> dict:
+    """The inputs `gc run SOURCE.gir --random-inputs SEED` would make, when the artifact kept its source."""
+    from compiler.inputs import random_inputs
+    from compiler.parser import parse
+
+    if model.source is not None:
+        module = parse(model.source, "<artifact>")
+        made = random_inputs(module[model.plan["entry"]], seed, module)
+        return {k: v for k, v in made.items() if k in model.arg_names}
+    rng = np.random.default_rng(seed)
+    return {n: (rng.standard_normal(s) if d.kind == "f" else rng.integers(0, 10, s)).astype(d)
+            for n, (s, d) in zip(model.arg_names, model.arg_types)}
+
+
+def _report(args, outs: list, types: list[str]) -> None:
+    from compiler.inputs import summarize
+
     if not args.quiet:
-        for i, (x, t) in enumerate(zip(outs, f.result_types)):
-            print(summarize(f"result{i}", x, str(t)))
+        for i, (x, t) in enumerate(zip(outs, types)):
+            print(summarize(f"result{i}", x, t))
     if args.outputs:
         np.savez(args.outputs, **{f"result{i}": x for i, x in enumerate(outs)})
+
+
+def cmd_compile(args) -> int:
+    import json
+    import time
+
+    from compiler.codegen.build import PIPELINE, bind_params, build
+    from compiler.inputs import load_npz
+    from compiler.parser import parse
+    from compiler.pipeline import run_pipeline
+    from compiler.printer import print_module
+
+    t0 = time.perf_counter()
+    text, name = _read(args.file)
+    module = parse(text, name)
+    source = print_module(module)
+    if args.entry not in module:
+        raise GCError(f"no function @{args.entry} in {name}")
+    if args.params:
+        bind_params(module, args.entry, load_npz(args.params))
+    run_pipeline(module, PIPELINE if args.pipeline is None else args.pipeline)
+    if args.emit == "gir":
+        sys.stdout.write(print_module(module))
+        return 0
+    model = build(module, args.target, entry=args.entry, arch=args.arch)
+    seconds = time.perf_counter() - t0
+    if args.emit:
+        sys.stdout.write(_emit(model, args.emit))
+        return 0
+    out = args.output or (Path(name).stem if name != "<stdin>" else "stdin") + ".gcpkg"
+    model.source = source
+    model.save(out)
+    if args.stats:
+        stats = {**model.plan["memory"], "num_kernels": model.num_kernels, "compile_seconds": round(seconds, 4),
+                 "target": args.target, "kernels": [c["kernel"] for c in model.plan["calls"]]}
+        Path(args.stats).write_text(json.dumps(stats, indent=2) + "\n")
+    print(f"gc: wrote {out} ({model.num_kernels} kernels, {args.target}, {seconds:.2f} s)", file=sys.stderr)
     return 0
+
+
+def _emit(model, what: str) -> str:
+    if what == "tir":
+        return "\n".join(model.scheduled[g].script() for g in model.scheduled.get_global_vars()) + "\n"
+    if model.lib is None:
+        return ""
+    if what == "cuda":
+        if model.target["kind"] != "cuda":
+            raise UsageError("--emit cuda needs --target cuda")
+        from compiler.codegen.emit import cuda_source
+
+        return cuda_source(model.lib)
+    fmt = {"llvm": "ll", "asm": "asm"}[what]
+    host = model.lib.mod
+    return host.inspect_source(fmt)
 
 
 def _load(args):
@@ -415,7 +541,6 @@ def cmd_viz(args) -> int:
     notes = format_stats(module_stats(module, args.entry)) if args.output.lower().endswith(".html") else ""
     write(graph, args.output, title=f"@{args.entry} in {args.file}", notes=notes)
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -11,7 +11,7 @@ from compiler.codegen.lower import Kernel, kernels_of, lower_kernel
 from compiler.codegen.runtime import CompiledModel
 from compiler.codegen.target import make_target
 from compiler.diagnostics import GCError
-from compiler.ir import Dense, Module, Value
+from compiler.ir import DType, Module, Value
 from compiler.parser import parse, parse_file
 
 PIPELINE = "canonicalize,fold-constants,cse,fold-batch-norm{weight-args=false},canonicalize,fold-constants,cse,dce,fuse"
@@ -55,15 +55,19 @@ def compile(source, target: str = "llvm", *, params: dict[str, np.ndarray] | Non
     """Compile a module (path, text or Module) for llvm or cuda; returns a callable CompiledModel."""
     from compiler.pipeline import run_pipeline
 
+    from compiler.printer import print_module
+
     t0 = time.perf_counter()
     module = load_module(source)
     if entry not in module:
         raise GCError(f"no function @{entry} in the module")
+    text = print_module(module)
     if params:
         bind_params(module, entry, params)
     run_pipeline(module, PIPELINE if pipeline is None else pipeline)
     model = build(module, target, entry=entry, arch=arch)
     model.compile_seconds = time.perf_counter() - t0
+    model.source = text
     return model
 
 
@@ -85,12 +89,12 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
 
             prim = schedule_cuda.schedule(prim, k.kind, tgt).with_attr("global_symbol", k.name)
         funcs[k.name] = prim
-    if funcs:
-        lib = tvm.compile(tvm.IRModule(funcs), target=tgt)
-    else:
-        lib = None
+    scheduled = tvm.IRModule(funcs)
+    lib = tvm.compile(scheduled, target=tgt) if funcs else None
     plan, consts = _plan(module, entry, kernels)
-    return CompiledModel(lib, plan, consts, tgt)
+    model = CompiledModel(lib, plan, consts, tgt)
+    model.scheduled = scheduled
+    return model
 
 
 def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict[str, np.ndarray]]:
@@ -129,6 +133,7 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
                 add(r, "const", name=consts_name)
     plan = {
         "entry": entry,
+        "memory": _memory(buffers, calls, [slot[v] for v in f.results]),
         "args": [{"name": a.name, "shape": list(a.type.shape), "dtype": str(a.type.dtype)} for a in f.args],
         "buffers": buffers,
         "calls": calls,
@@ -136,3 +141,27 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
         "result_types": [str(v.type) for v in f.results],
     }
     return plan, consts
+
+
+def _memory(buffers: list[dict], calls: list[dict], results: list[int]) -> dict:
+    """Bytes of the intermediates: allocated (one buffer each until memory planning), their sum, and the
+    most alive at once in execution order (a buffer lives from the kernel that writes it to its last reader)."""
+    def nbytes(i: int) -> int:
+        b = buffers[i]
+        return int(np.prod(b["shape"], dtype=np.int64)) * DType(b["dtype"]).itemsize
+
+    temps = [i for i, b in enumerate(buffers) if b["kind"] == "temp"]
+    first = {}
+    last = {}
+    for t, c in enumerate(calls):
+        for i in c["buffers"]:
+            if buffers[i]["kind"] == "temp":
+                first.setdefault(i, t)
+                last[i] = t
+    for i in results:
+        last[i] = len(calls)
+    peak = 0
+    for t in range(len(calls) + 1):
+        peak = max(peak, sum(nbytes(i) for i in temps if first.get(i, 0) <= t <= last.get(i, -1)))
+    total = sum(nbytes(i) for i in temps)
+    return {"arena_bytes": total, "naive_bytes": total, "lower_bound_bytes": peak}

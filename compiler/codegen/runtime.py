@@ -28,6 +28,7 @@ class CompiledModel:
         import tvm
 
         self.lib = lib
+        self.source: str | None = None  # the GIR it was compiled from (for random inputs that fit it)
         self.plan = plan
         self.target = target
         self.consts = consts
@@ -111,6 +112,8 @@ class CompiledModel:
                 z.writestr("plan.json", json.dumps({"format": FORMAT, "target": self.target, **self.plan}, indent=1))
                 z.write(lib, "lib.so")
                 z.writestr("consts.npz", consts.getvalue())
+                if self.source is not None:
+                    z.writestr("source.gir", self.source)
 
     @staticmethod
     def load(path: str | Path) -> CompiledModel:
@@ -128,6 +131,9 @@ class CompiledModel:
             lib = tvm.runtime.load_module(str(Path(d) / "lib.so"))
             with np.load(io.BytesIO(z.read("consts.npz"))) as c:
                 consts = {k: c[k] for k in c.files}
+            source = z.read("source.gir").decode() if "source.gir" in z.namelist() else None
         target = plan.pop("target")
         plan.pop("format")
-        return CompiledModel(lib, plan, consts, target)
+        model = CompiledModel(lib, plan, consts, target)
+        model.source = source
+        return model

@@ -1,0 +1,136 @@
+"""compiler.compile and `gc compile`: the artifact, its API, binding weights, stats and emitted stages."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+import compiler
+from compiler.diagnostics import GCError
+from compiler.interpreter import run
+from compiler.parser import parse
+
+NET = """func @main(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) -> tensor<4x16xf32> {
+  %h = graph.matmul(%x, %w)
+  %z = graph.add(%h, %b)
+  %y = graph.relu(%z)
+  return %y
+}
+"""
+RNG = np.random.default_rng(0)
+X = RNG.standard_normal((4, 8)).astype(np.float32)
+W = RNG.standard_normal((8, 16)).astype(np.float32)
+B = RNG.standard_normal(16).astype(np.float32)
+
+
+def gc(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "compiler", *args], capture_output=True, text=True, cwd=cwd)
+
+
+@pytest.fixture(scope="module")
+def model():
+    return compiler.compile(NET, "llvm")
+
+
+def test_compiled_model_matches_the_interpreter(model) -> None:
+    (want,) = run(parse(NET), [X, W, B])
+    np.testing.assert_allclose(model(X, W, B)[0], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(model(x=X, w=W, b=B)[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_fusion_makes_one_kernel(model) -> None:
+    assert model.num_kernels == 1
+
+
+def test_misaligned_and_strided_inputs_are_fine(model) -> None:
+    buf = np.zeros(4 * 8 + 1, np.float32)[1:].reshape(4, 8)  # 4 bytes off any 64-byte boundary
+    buf[...] = X
+    wt = np.asfortranarray(W)
+    np.testing.assert_allclose(model(buf, wt, B)[0], model(X, W, B)[0])
+
+
+@pytest.mark.parametrize(
+    "call, message",
+    [
+        (lambda m: m(X, W), "the model takes 3 input(s) (x, w, b), got 2"),
+        (lambda m: m(x=X, w=W), "missing input 'b'"),
+        (lambda m: m(x=X, w=W, b=B, z=B), "unknown input 'z'"),
+        (lambda m: m(X.T, W, B), "input 'x' has shape [8, 4], expected [4, 8]"),
+    ],
+)
+def test_bad_calls_are_clear_errors(model, call, message: str) -> None:
+    with pytest.raises(GCError, match=re.escape(message)):
+        call(model)
+
+
+def test_save_and_load(model, tmp_path: Path) -> None:
+    path = tmp_path / "net.gcpkg"
+    model.save(path)
+    again = compiler.load(path)
+    np.testing.assert_array_equal(again(X, W, B)[0], model(X, W, B)[0])
+
+
+def test_bound_params_become_constants_the_artifact_carries(tmp_path: Path) -> None:
+    m = compiler.compile(NET, "llvm", params={"w": W, "b": B})
+    assert m.arg_names == ["x"]
+    np.testing.assert_allclose(m(X)[0], np.maximum(X @ W + B, 0), rtol=1e-5, atol=1e-6)
+    m.save(tmp_path / "bound.gcpkg")
+    np.testing.assert_allclose(compiler.load(tmp_path / "bound.gcpkg")(X)[0], m(X)[0])
+
+
+def test_unknown_param_is_an_error() -> None:
+    with pytest.raises(GCError, match="has no argument %nope"):
+        compiler.compile(NET, "llvm", params={"nope": W})
+
+
+def test_gc_compile_writes_artifact_and_stats(tmp_path: Path) -> None:
+    src = tmp_path / "net.gir"
+    src.write_text(NET)
+    r = gc("compile", str(src), "--target", "llvm", "-o", str(tmp_path / "net.gcpkg"), "--stats", str(tmp_path / "s.json"))
+    assert r.returncode == 0, r.stderr
+    stats = json.loads((tmp_path / "s.json").read_text())
+    for key in ("arena_bytes", "naive_bytes", "lower_bound_bytes", "num_kernels", "compile_seconds"):
+        assert key in stats
+    assert stats["num_kernels"] == 1 and stats["naive_bytes"] == 4 * 16 * 4
+    a = gc("run", str(tmp_path / "net.gcpkg"), "--random-inputs", "0")
+    b = gc("run", str(src), "--random-inputs", "0")
+    assert a.returncode == 0 and a.stdout.split("[")[0] == b.stdout.split("[")[0]
+
+
+def test_gc_run_target_llvm_matches_interp(tmp_path: Path) -> None:
+    src = tmp_path / "net.gir"
+    src.write_text(NET)
+    np.savez(tmp_path / "in.npz", x=X, w=W, b=B)
+    for target, out in (("llvm", "a.npz"), ("interp", "b.npz")):
+        r = gc("run", str(src), "--target", target, "--inputs", str(tmp_path / "in.npz"), "--outputs", str(tmp_path / out))
+        assert r.returncode == 0, r.stderr
+    np.testing.assert_allclose(np.load(tmp_path / "a.npz")["result0"], np.load(tmp_path / "b.npz")["result0"], rtol=1e-5)
+
+
+@pytest.mark.parametrize("stage, needle", [("tir", "@T.prim_func"), ("llvm", "define"), ("asm", ".text"), ("gir", "graph.call")])
+def test_emit_each_stage(tmp_path: Path, stage: str, needle: str) -> None:
+    src = tmp_path / "net.gir"
+    src.write_text(NET)
+    r = gc("compile", str(src), "--emit", stage)
+    assert r.returncode == 0, r.stderr
+    assert needle in r.stdout
+
+
+def test_emit_cuda_needs_the_cuda_target(tmp_path: Path) -> None:
+    src = tmp_path / "net.gir"
+    src.write_text(NET)
+    assert gc("compile", str(src), "--emit", "cuda").returncode == 2
+
+
+def test_not_an_artifact_is_a_clear_error(tmp_path: Path) -> None:
+    p = tmp_path / "x.gcpkg"
+    p.write_bytes(b"PK\x03\x04garbage")
+    r = gc("run", str(p), "--random-inputs", "0")
+    assert r.returncode == 1 and "cannot read compiled model" in r.stderr

@@ -6,10 +6,17 @@ Layout is NCHW with OIHW weights; `padding` is [top, left, bottom, right]. Where
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from compiler.ir import Op, TensorType, attribute, operand
 from dialects.graph.common import normalize_axis, require_float, require_numeric, same_dtype
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from tvm import te
 
 
 # --- attribute checks shared by conv and pooling ----------------------------------------------------
@@ -35,6 +42,43 @@ def _pool_out(size: int, kernel: int, stride: int, begin: int, end: int, ceil_mo
     if ceil_mode and (out - 1) * stride >= size + begin:
         out -= 1
     return out
+
+
+# --- lowering helpers (TVM is imported inside lowerings only, so that `gc run` starts fast) -----------
+
+
+def _compute_dtype(dtype: str) -> str:
+    """Arithmetic type of a lowering: f16/bf16 compute in f32 as the reference does, the rest as they are.
+
+    Takes str(x.dtype): a te.Tensor's dtype is a PrimType, which never equals a string."""
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
+
+
+def _max_reducer(dtype: str) -> Callable:
+    """te.max, but for floats starting from -inf: te.max starts from the lowest finite value, which would
+    win over a row of -inf (and create_prim_func ignores a Reduce's `init`)."""
+    from tvm import te, tirx
+
+    if "float" not in dtype:
+        return te.max
+    return te.comm_reducer(lambda a, b: tirx.max(a, b), lambda t: tirx.const(float("-inf"), t), name="max")
+
+
+def _window_count(
+    size: int, kernel: int, stride: int, begin: int, end: int, n_out: int, with_pad: bool
+) -> Callable:
+    """Cells one pooling window covers along one axis, as a function of the output index.
+
+    The window starts at o*stride - begin and stops at the padded edge (with_pad) or at the input's edge;
+    a constant when every window covers the same number of cells (no padding, no ceil-mode overhang)."""
+    from tvm import tirx
+
+    lo, hi = (-begin, size + end) if with_pad else (0, size)
+    counts = {min(o * stride - begin + kernel, hi) - max(o * stride - begin, lo) for o in range(n_out)}
+    if len(counts) == 1:
+        same = tirx.const(counts.pop(), "int32")
+        return lambda o: same
+    return lambda o: tirx.min(o * stride - begin + kernel, hi) - tirx.max(o * stride - begin, lo)
 
 
 # --- convolution --------------------------------------------------------------------------------
@@ -105,6 +149,33 @@ class Conv2d(Op, name="graph.conv2d"):
             y = y + b.astype(acc)[None, :, None, None]
         return y
 
+    def lower(self, x: te.Tensor, w: te.Tensor, b: te.Tensor | None) -> te.Tensor:
+        from tvm import te, topi
+
+        dtype = str(x.dtype)
+        # Small integers and half floats accumulate wider, then wrap/round back as the reference's cast does.
+        acc = "int32" if dtype == "int8" else _compute_dtype(dtype)
+        n, o, ho, wo = self.results[0].type.shape
+        _, cg, kh, kw = self.operands[1].type.shape
+        og = o // self.groups
+        (sh, sw), (dh, dw), (pt, pl, pb, pr) = self.strides, self.dilations, self.padding
+        if any(self.padding):
+            x = topi.nn.pad(x, (0, 0, pt, pl), (0, 0, pb, pr), name="pad")
+        rc = te.reduce_axis((0, cg), name="rc")
+        ry = te.reduce_axis((0, kh), name="ry")
+        rx = te.reduce_axis((0, kw), name="rx")
+
+        def tap(i, oc, oh, ow):
+            c = rc if self.groups == 1 else oc // og * cg + rc
+            return x[i, c, oh * sh + ry * dh, ow * sw + rx * dw].astype(acc) * w[oc, rc, ry, rx].astype(acc)
+
+        y = te.compute((n, o, ho, wo), lambda *i: te.sum(tap(*i), axis=[rc, ry, rx]), name="conv2d")
+        if b is None and acc == dtype:
+            return y
+        # The epilogue stays a stage of its own, so a schedule can fold it into the reduction's write-back.
+        bias = (lambda oc: b[oc].astype(acc)) if b is not None else (lambda oc: 0)
+        return te.compute(y.shape, lambda i, oc, oh, ow: (y[i, oc, oh, ow] + bias(oc)).astype(dtype), name="conv2d_out")
+
     def flops(self) -> int:
         _, w, b = self.operand_groups()
         y = self.results[0].type
@@ -162,6 +233,26 @@ class Pool2d(Op):
         win = np.lib.stride_tricks.sliding_window_view(xp, (kh, kw), axis=(2, 3))
         return win[:, :, ::sh, ::sw][:, :, :ho, :wo]
 
+    def padded(self, x: te.Tensor, value: float) -> te.Tensor:
+        """TE twin of `windows`: x padded with `value` so that every window of the output reads inside it,
+        a ceil-mode window running past the bottom/right padding included."""
+        from tvm import topi
+
+        _, _, h, w = self.operands[0].type.shape
+        _, _, ho, wo = self.results[0].type.shape
+        (kh, kw), (sh, sw), (pt, pl, pb, pr) = self.kernel, self.window_strides, self.padding
+        bottom = max(pb, (ho - 1) * sh + kh - (h + pt))
+        right = max(pr, (wo - 1) * sw + kw - (w + pl))
+        if not (pt or pl or bottom or right):
+            return x
+        return topi.nn.pad(x, (0, 0, pt, pl), (0, 0, bottom, right), pad_value=value, name="pad")
+
+    def window_axes(self) -> tuple:
+        from tvm import te
+
+        kh, kw = self.kernel
+        return te.reduce_axis((0, kh), name="rh"), te.reduce_axis((0, kw), name="rw")
+
     def flops(self) -> int:
         kh, kw = self.kernel
         return self.results[0].type.size * kh * kw
@@ -177,6 +268,20 @@ class MaxPool2d(Pool2d, name="graph.max_pool2d"):
         low = -np.inf if np.issubdtype(x.dtype, np.floating) else np.iinfo(x.dtype).min
         return self.windows(x, low, low).max(axis=(-2, -1))
 
+    def lower(self, x: te.Tensor) -> te.Tensor:
+        from tvm import te, tirx
+
+        # -inf (not the lowest finite float) so that a window of -inf inputs stays -inf.
+        dtype = str(x.dtype)
+        low = tirx.const(float("-inf"), dtype) if "float" in dtype else te.min_value(dtype)
+        xp = self.padded(x, low)
+        (sh, sw), (rh, rw) = self.window_strides, self.window_axes()
+        shape = self.results[0].type.shape
+        top = _max_reducer(dtype)
+        return te.compute(
+            shape, lambda n, c, i, j: top(xp[n, c, i * sh + rh, j * sw + rw], axis=[rh, rw]), name="max_pool2d"
+        )
+
 
 class AvgPool2d(Pool2d, name="graph.avg_pool2d"):
     """Mean over windows:  %y = graph.avg_pool2d(%x) {kernel = [3, 3], strides = [1, 1]} : tensor<1x3x30x30xf32>"""
@@ -190,6 +295,28 @@ class AvgPool2d(Pool2d, name="graph.avg_pool2d"):
         ones = np.ones((1, 1, *x.shape[2:]))
         count = self.windows(ones, 1.0 if self.count_include_pad else 0.0, 0.0).sum(axis=(-2, -1))
         return total / count
+
+    def lower(self, x: te.Tensor) -> te.Tensor:
+        from tvm import te
+
+        dtype = str(x.dtype)
+        acc = _compute_dtype(dtype)
+        xp = self.padded(x, 0.0)
+        (_, _, h, w), (_, _, ho, wo) = self.operands[0].type.shape, self.results[0].type.shape
+        (kh, kw), (sh, sw), (pt, pl, pb, pr) = self.kernel, self.window_strides, self.padding
+        (rh, rw), with_pad = self.window_axes(), self.count_include_pad
+        total = te.compute(
+            (*x.shape[:2], ho, wo),
+            lambda n, c, i, j: te.sum(xp[n, c, i * sh + rh, j * sw + rw].astype(acc), axis=[rh, rw]),
+            name="avg_pool2d_sum",
+        )
+        count_h = _window_count(h, kh, sh, pt, pb, ho, with_pad)
+        count_w = _window_count(w, kw, sw, pl, pr, wo, with_pad)
+        return te.compute(
+            total.shape,
+            lambda n, c, i, j: (total[n, c, i, j] / (count_h(i) * count_w(j)).astype(acc)).astype(dtype),
+            name="avg_pool2d",
+        )
 
     def flops(self) -> int:
         kh, kw = self.kernel
@@ -212,6 +339,17 @@ class GlobalAvgPool2d(Op, name="graph.global_avg_pool2d"):
 
     def reference(self, x: np.ndarray) -> np.ndarray:
         return x.astype(np.float64).mean(axis=(2, 3), keepdims=True)
+
+    def lower(self, x: te.Tensor) -> te.Tensor:
+        from tvm import te
+
+        dtype = str(x.dtype)
+        acc = _compute_dtype(dtype)
+        n, c, h, w = self.operands[0].type.shape
+        rh, rw = te.reduce_axis((0, h), name="rh"), te.reduce_axis((0, w), name="rw")
+        total = te.compute((n, c, 1, 1), lambda i, j, _h, _w: te.sum(x[i, j, rh, rw].astype(acc), axis=[rh, rw]),
+                           name="global_avg_pool2d_sum")
+        return te.compute(total.shape, lambda *i: (total(*i) / float(h * w)).astype(dtype), name="global_avg_pool2d")
 
     def flops(self) -> int:
         return self.operands[0].type.size + self.results[0].type.size
@@ -246,6 +384,20 @@ class BatchNorm(Op, name="graph.batch_norm"):
         channel = (1, -1) + (1,) * (x.ndim - 2)
         scale, bias, mean, var = (p.astype(np.float64).reshape(channel) for p in params)
         return (x.astype(np.float64) - mean) / np.sqrt(var + self.epsilon) * scale + bias
+
+    def lower(self, x: te.Tensor, *params: te.Tensor) -> te.Tensor:
+        from tvm import te
+
+        dtype = str(x.dtype)
+        acc = _compute_dtype(dtype)
+        scale, bias, mean, var = params
+
+        def at(*i):
+            c = i[1]
+            inv_std = scale[c].astype(acc) / te.sqrt(var[c].astype(acc) + self.epsilon)
+            return ((x(*i).astype(acc) - mean[c].astype(acc)) * inv_std + bias[c].astype(acc)).astype(dtype)
+
+        return te.compute(x.shape, at, name="batch_norm")
 
     def input_range(self, index: int) -> tuple[float, float] | None:
         """A variance is positive: random inputs for it are drawn from this range."""
@@ -286,6 +438,43 @@ class LayerNorm(Op, name="graph.layer_norm"):
         var = ((x - mean) ** 2).mean(axis=axes, keepdims=True)
         return (x - mean) / np.sqrt(var + self.epsilon) * scale.astype(np.float64) + bias.astype(np.float64)
 
+    def lower(self, x: te.Tensor, scale: te.Tensor, bias: te.Tensor) -> te.Tensor:
+        from tvm import te
+
+        dtype = str(x.dtype)
+        acc = _compute_dtype(dtype)
+        shape = self.operands[0].type.shape
+        axis = self.axis % len(shape)
+        lead, dims = shape[:axis], shape[axis:]
+        count = float(np.prod(dims))
+
+        def row_sum(expr, name):
+            def at(*i):
+                r = [te.reduce_axis((0, d), name=f"r{k}") for k, d in enumerate(dims)]
+                return te.sum(expr(i, tuple(r)), axis=r)
+
+            return te.compute(lead, at, name=name)
+
+        # Two passes (the mean, then the squared deviations from it): E[x^2] - E[x]^2 in one pass
+        # cancels catastrophically when |mean| >> std.
+        total = row_sum(lambda i, r: x(*i, *r).astype(acc), "layer_norm_sum")
+
+        def mean(*row):
+            return total(*row) / count
+
+        def square_dev(i, r):
+            d = x(*i, *r).astype(acc) - mean(*i)
+            return d * d
+
+        square_devs = row_sum(square_dev, "layer_norm_square_devs")
+
+        def at(*i):
+            row, col = i[:axis], i[axis:]
+            normed = (x(*i).astype(acc) - mean(*row)) / te.sqrt(square_devs(*row) / count + self.epsilon)
+            return (normed * scale(*col).astype(acc) + bias(*col).astype(acc)).astype(dtype)
+
+        return te.compute(shape, at, name="layer_norm")
+
     def flops(self) -> int:
         # Mean, centre, square, sum, normalize, scale, shift: about eight per element.
         return 8 * self.operands[0].type.size
@@ -320,6 +509,29 @@ class Lrn(Op, name="graph.lrn"):
         square_sum = sum(sq[:, k : k + c] for k in range(self.size))
         return x / (self.bias + self.alpha / self.size * square_sum) ** self.beta
 
+    def lower(self, x: te.Tensor) -> te.Tensor:
+        from tvm import te, tirx
+
+        dtype = str(x.dtype)
+        acc = _compute_dtype(dtype)
+        channels = self.operands[0].type.shape[1]
+        before = (self.size - 1) // 2
+        k = te.reduce_axis((0, self.size), name="k")
+
+        def square(i, c):
+            v = x(i[0], c, *i[2:]).astype(acc)
+            return te.if_then_else(te.all(c >= 0, c < channels), v * v, tirx.const(0, acc))
+
+        square_sum = te.compute(
+            x.shape, lambda *i: te.sum(square(i, i[1] - before + k), axis=k), name="lrn_square_sum"
+        )
+
+        def at(*i):
+            denom = te.power(self.bias + self.alpha / self.size * square_sum(*i), tirx.const(self.beta, acc))
+            return (x(*i).astype(acc) / denom).astype(dtype)
+
+        return te.compute(x.shape, at, name="lrn")
+
     def flops(self) -> int:
         # A square and a window sum per element, then scale, power and divide.
         return (self.size + 4) * self.operands[0].type.size
@@ -349,6 +561,39 @@ class Softmax(Op, name="graph.softmax"):
         z, log_sum = self.shifted(x)
         return np.exp(z - log_sum)
 
+    def lower(self, x: te.Tensor) -> te.Tensor:
+        from tvm import te
+
+        dtype = str(x.dtype)
+        acc = _compute_dtype(dtype)
+        z, sum_exp = self.shifted_te(x, acc)
+        return te.compute(x.shape, lambda *i: (te.exp(z(*i)) / sum_exp(*self.row(i))).astype(dtype), name="softmax")
+
+    def row(self, i: tuple) -> tuple:
+        """The index of an element's row (the reduced tensor) from its full index."""
+        axis = self.axis % len(i)
+        return i[:axis] + i[axis + 1 :]
+
+    def shifted_te(self, x: te.Tensor, acc: str) -> tuple[te.Tensor, te.Tensor]:
+        """TE twin of `shifted`: x minus its row max, and the sum of exps of that (not yet its log)."""
+        from tvm import te
+
+        shape = self.operands[0].type.shape
+        axis = self.axis % len(shape)
+        rows = shape[:axis] + shape[axis + 1 :]
+
+        def along(expr, name, reducer):
+            def at(*r):
+                k = te.reduce_axis((0, shape[axis]), name="k")
+                return reducer(expr((*r[:axis], k, *r[axis:])), axis=k)
+
+            return te.compute(rows, at, name=name)
+
+        name = self.name.split(".")[-1]
+        top = along(lambda i: x(*i).astype(acc), f"{name}_max", _max_reducer(acc))
+        z = te.compute(shape, lambda *i: x(*i).astype(acc) - top(*self.row(i)), name=f"{name}_shifted")
+        return z, along(lambda i: te.exp(z(*i)), f"{name}_sum", te.sum)
+
     def flops(self) -> int:
         # Max, subtract, exp, sum, divide.
         return 5 * self.operands[0].type.size
@@ -360,6 +605,16 @@ class LogSoftmax(Softmax, name="graph.log_softmax"):
     def reference(self, x: np.ndarray) -> np.ndarray:
         z, log_sum = self.shifted(x)
         return z - log_sum
+
+    def lower(self, x: te.Tensor) -> te.Tensor:
+        from tvm import te
+
+        dtype = str(x.dtype)
+        acc = _compute_dtype(dtype)
+        z, sum_exp = self.shifted_te(x, acc)
+        return te.compute(
+            x.shape, lambda *i: (z(*i) - te.log(sum_exp(*self.row(i)))).astype(dtype), name="log_softmax"
+        )
 
 
 class Dropout(Op, name="graph.dropout"):
@@ -376,6 +631,9 @@ class Dropout(Op, name="graph.dropout"):
         return x
 
     def reference(self, x: np.ndarray) -> np.ndarray:
+        return x
+
+    def lower(self, x: te.Tensor) -> te.Tensor:
         return x
 
     def flops(self) -> int:

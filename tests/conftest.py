@@ -19,3 +19,17 @@ def split_chunks(text: str) -> list[tuple[str, int]]:
     from compiler.cli import _chunks
 
     return _chunks(text, "// -----" in text)
+
+
+def _hypothesis_profiles() -> None:
+    """CI runs hypothesis derandomized, so a red build is reproducible; locally it explores."""
+    import os
+
+    from hypothesis import settings
+
+    settings.register_profile("ci", derandomize=True, print_blob=True)
+    if os.environ.get("CI"):
+        settings.load_profile("ci")
+
+
+_hypothesis_profiles()

@@ -55,20 +55,31 @@ def _fused(b: Builder, *ops: Op) -> Builder:
 # --- arithmetic identities --------------------------------------------------------------------------
 
 
+def _zero_with_sign(v: Value, negative: bool) -> bool:
+    """An exact-zero constant; for floats, also of the given sign (integers have one zero)."""
+    if not _is_constant(v, 0):
+        return False
+    arr = v.owner.value.array
+    if not v.type.dtype.is_float:
+        return True
+    return bool(np.all(np.signbit(arr.astype(np.float32)) == negative))
+
+
 def add_zero(op: elementwise.Add, b: Builder) -> Value | None:
     """x + 0 and 0 + x -> x. Only for constants that are exactly zero everywhere, and only when the result
-    has x's type: a broadcasting 0 larger than x would change the shape. For floats, -0.0 + 0.0 is +0.0,
-    so a zero's sign may differ; every value compares equal."""
-    if _is_constant(op.b, 0) and _same_type(op, op.a):
+    has x's type: a broadcasting 0 larger than x would change the shape. For floats only a -0.0 constant:
+    -0.0 + (+0.0) is +0.0, so adding +0.0 is not the identity (1/x would flip from -inf to inf)."""
+    if _zero_with_sign(op.b, True) and _same_type(op, op.a):
         return op.a
-    if _is_constant(op.a, 0) and _same_type(op, op.b):
+    if _zero_with_sign(op.a, True) and _same_type(op, op.b):
         return op.b
     return None
 
 
 def sub_zero(op: elementwise.Sub, b: Builder) -> Value | None:
-    """x - 0 -> x. Only for an exact-zero constant, only when the result has x's type (no broadcasting)."""
-    if not _is_constant(op.b, 0):
+    """x - 0 -> x. Only for an exact-zero constant (for floats +0.0: x - (-0.0) turns -0.0 into +0.0), only
+    when the result has x's type (no broadcasting)."""
+    if not _zero_with_sign(op.b, False):
         return None
     return _same_type(op, op.a)
 

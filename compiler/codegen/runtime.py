@@ -19,6 +19,7 @@ from compiler.ir import DType
 
 FORMAT = "gcpkg-1"
 ALIGN = 64
+_BF16 = np.dtype(DType.bf16.np)
 
 
 class CompiledModel:
@@ -33,11 +34,15 @@ class CompiledModel:
         self.target = target
         self.consts = consts
         self.device = tvm.cuda(0) if target["kind"] == "cuda" else tvm.cpu(0)
+        # A cuda model builds anywhere but runs only beside a GPU: without one, calls raise this.
+        self.unavailable = _no_cuda_device(target) if target["kind"] == "cuda" else None
         self.arg_names = [a["name"] for a in plan["args"]]
         self.arg_types = [(tuple(a["shape"]), np.dtype(DType(a["dtype"]).np)) for a in plan["args"]]
         self._bufs: list = [None] * len(plan["buffers"])
         self._arg_slots: list[int] = []
         for i, b in enumerate(plan["buffers"]):
+            if self.unavailable:
+                continue
             dtype = DType(b["dtype"]).tvm
             if b["kind"] == "const":
                 self._bufs[i] = tvm.runtime.tensor(consts[b["name"]], self.device)
@@ -47,7 +52,8 @@ class CompiledModel:
                            if any(b["kind"] == "arg" and b["index"] == k for b in plan["buffers"]) else -1
                            for k in range(len(plan["args"]))]
         # TVM kernels assume 64-byte aligned buffers (vector loads); a misaligned input is copied here.
-        self._staging = [tvm.runtime.empty(shape, DType.from_numpy(dt).tvm, self.device) for shape, dt in self.arg_types]
+        self._staging = [tvm.runtime.empty(shape, DType.from_numpy(dt).tvm, self.device)
+                         for shape, dt in self.arg_types] if not self.unavailable else []
         self._calls = [(lib[c["kernel"]], c["buffers"]) for c in plan["calls"]]
         self._results = plan["results"]
 
@@ -56,13 +62,15 @@ class CompiledModel:
         return len(self._calls)
 
     def __call__(self, *args, **kwargs) -> list[np.ndarray]:
+        if self.unavailable:
+            raise GCError(self.unavailable)
         inputs = self._bind(args, kwargs)
         bufs = list(self._bufs)
         on_gpu = self.target["kind"] == "cuda"
         for slot, x, staging in zip(self._arg_slots, inputs, self._staging):
             if slot < 0:
                 continue
-            if on_gpu or x.ctypes.data % ALIGN:
+            if on_gpu or x.ctypes.data % ALIGN or x.dtype == _BF16:  # NumPy bf16 has no DLPack form
                 staging.copyfrom(x)
                 bufs[slot] = staging
             else:
@@ -103,13 +111,19 @@ class CompiledModel:
     # -- the artifact: one zip with the library, the plan and the constants --
 
     def save(self, path: str | Path) -> None:
+        import tvm
+
+        head = {"format": FORMAT, "target": self.target}
+        if self.target["kind"] == "cuda" and not tvm.runtime.enabled("cuda"):
+            # Built without a driver, the library holds the kernels' CUDA C only, not a GPU binary.
+            head["cuda_source_only"] = True
         with tempfile.TemporaryDirectory() as d:
             lib = Path(d) / "lib.so"
             self.lib.export_library(str(lib))
             consts = io.BytesIO()
             np.savez(consts, **self.consts)
             with zipfile.ZipFile(path, "w") as z:
-                z.writestr("plan.json", json.dumps({"format": FORMAT, "target": self.target, **self.plan}, indent=1))
+                z.writestr("plan.json", json.dumps({**head, **self.plan}, indent=1))
                 z.write(lib, "lib.so")
                 z.writestr("consts.npz", consts.getvalue())
                 if self.source is not None:
@@ -128,6 +142,12 @@ class CompiledModel:
             if plan.get("format") != FORMAT:
                 raise GCError(f"{path} is not a gc compiled model ({FORMAT})")
             z.extract("lib.so", d)
+            if plan["target"]["kind"] == "cuda" and _no_cuda_device(plan["target"]):
+                # TVM cannot even load a CUDA library without the driver.
+                raise GCError(f"cannot load {path}: {_no_cuda_device(plan['target'])}")
+            if plan.pop("cuda_source_only", False):
+                raise GCError(f"cannot load {path}: it was compiled where no CUDA driver was, so it holds the "
+                              "kernels' CUDA C source but no GPU binary; compile it again on this machine")
             lib = tvm.runtime.load_module(str(Path(d) / "lib.so"))
             with np.load(io.BytesIO(z.read("consts.npz"))) as c:
                 consts = {k: c[k] for k in c.files}
@@ -137,3 +157,17 @@ class CompiledModel:
         model = CompiledModel(lib, plan, consts, target)
         model.source = source
         return model
+
+
+def _no_cuda_device(target: dict) -> str | None:
+    """Why a model compiled for cuda cannot run here, or None when a GPU is present."""
+    import tvm
+
+    if not tvm.runtime.enabled("cuda"):
+        why = "TVM's CUDA runtime is not available (no NVIDIA driver, libcuda.so.1, on this machine)"
+    elif not tvm.cuda(0).exist:
+        why = "no GPU is visible to the CUDA driver"
+    else:
+        return None
+    return (f"no CUDA device: the model was compiled for cuda ({target.get('arch', '?')}) and needs an NVIDIA GPU "
+            f"to run, but {why}; `gc compile --target cuda --emit cuda` shows its kernels")

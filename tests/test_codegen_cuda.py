@@ -1,0 +1,309 @@
+"""CUDA codegen: every kernel bound to the GPU grid, one CUDA C kernel per graph kernel, PTX from nvcc,
+and, where a GPU is present, the same numbers as the interpreter.
+
+Building for cuda needs no GPU; the tests that run kernels skip cleanly without one.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import compiler
+from compiler.builder import finish, new_func
+from compiler.codegen import schedule_cuda
+from compiler.codegen.emit import compile_ptx, cuda_source, kernel_names
+from compiler.codegen.target import cuda_target
+from compiler.inputs import random_inputs
+from compiler.ir import OP_REGISTRY, Module, Op
+from compiler.parser import parse, parse_file
+from conftest import ROOT
+
+ARCH = "sm_80"
+EXAMPLES = sorted((ROOT / "examples").glob("*.gir"))
+# Every graph op appears in ops.gir with operands of valid types: each one becomes a one-op module.
+OPS_GIR = ROOT / "tests" / "gir" / "graph" / "ops.gir"
+NOT_KERNELS = {"graph.constant", "graph.call"}
+# A few modules that cover the dlight rules (matmul, reduction, general reduction, transpose, fallback)
+# and the f16/bf16 headers; nvcc takes seconds per module, so only these go all the way to PTX.
+PTX_OPS = ["graph.matmul", "graph.softmax", "graph.layer_norm", "graph.conv2d", "graph.reduce_sum",
+           "graph.transpose", "graph.cast", "graph.max_pool2d"]
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+
+
+def has_gpu() -> bool:
+    import tvm
+
+    return bool(tvm.runtime.enabled("cuda") and tvm.cuda(0).exist)
+
+
+needs_gpu = pytest.mark.skipif("not has_gpu()", reason="no CUDA device")
+needs_no_gpu = pytest.mark.skipif("has_gpu()", reason="a CUDA device is present")
+
+
+def _first_instances() -> dict[str, Op]:
+    out: dict[str, Op] = {}
+    for f in parse_file(OPS_GIR):
+        for op in f.ops:
+            out.setdefault(op.name, op)
+    return out
+
+
+FIRST = _first_instances()
+KERNEL_OPS = sorted(name for name in OP_REGISTRY if name not in NOT_KERNELS)
+
+
+def single_op_module(name: str) -> Module:
+    """`func @main` applying op `name` (as first written in ops.gir) to arguments of its operands' types."""
+    op = FIRST[name]
+    f, b, args = new_func("main", {f"a{i}": v.type for i, v in enumerate(op.operands)})
+    new = b.create(type(op), args, dict(op.attrs))
+    finish(f, *new.results)
+    return Module([f])
+
+
+def lowering_missing(module: Module) -> str | None:
+    """The first op of the module without a TVM lowering yet (the test grows as lowerings land)."""
+    for f in module:
+        for op in f.ops:
+            if op.name not in NOT_KERNELS and getattr(op, "lower", None) is None:
+                return op.name
+    return None
+
+
+def build_or_skip(module: Module, pipeline: str | None = None, arch: str | None = ARCH):
+    """The module compiled for cuda, or a skip while one of its ops has no lowering."""
+    missing = lowering_missing(module)
+    if missing:
+        pytest.skip(f"{missing} has no lowering yet")
+    return compiler.compile(module, "cuda", pipeline=pipeline, arch=arch)
+
+
+def assert_one_cuda_kernel_per_graph_kernel(model, source: str) -> None:
+    """Each graph kernel becomes <name>_kernel (dlight may split it: <name>_kernel_1, ...), and nothing else."""
+    graph_kernels = {c["kernel"] for c in model.plan["calls"]}
+    names = kernel_names(source)
+    owners = {re.sub(r"_kernel(_\d+)?$", "", n) for n in names}
+    assert owners == graph_kernels, f"CUDA kernels {names} for graph kernels {sorted(graph_kernels)}"
+    assert all(n.endswith("_kernel") or re.search(r"_kernel_\d+$", n) for n in names)
+
+
+# -- CUDA C source, no GPU needed --
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_compiles_to_one_cuda_kernel_per_graph_kernel(path: Path) -> None:
+    model = build_or_skip(parse_file(path))
+    assert model.num_kernels > 0
+    assert_one_cuda_kernel_per_graph_kernel(model, cuda_source(model.lib))
+
+
+@pytest.mark.parametrize("name", KERNEL_OPS)
+def test_single_op_compiles_to_cuda_kernels(name: str) -> None:
+    if getattr(OP_REGISTRY[name], "lower", None) is None:
+        pytest.skip(f"{name} has no lowering yet")
+    model = build_or_skip(single_op_module(name), pipeline="")
+    if model.num_kernels == 0:
+        pytest.skip(f"{name} in ops.gir makes no kernel (an empty result)")
+    source = cuda_source(model.lib)
+    assert "__global__" in source
+    assert_one_cuda_kernel_per_graph_kernel(model, source)
+
+
+def test_f16_matmul_takes_the_tensor_core_path() -> None:
+    text = ("func @main(%a: tensor<128x128xf16>, %b: tensor<128x256xf16>) -> tensor<128x256xf16> {\n"
+            "  %c = graph.matmul(%a, %b) : tensor<128x256xf16>\n  return %c\n}\n")
+    model = compiler.compile(parse(text, "<f16>"), "cuda", pipeline="", arch=ARCH)
+    assert "wmma" in cuda_source(model.lib)
+
+
+# -- PTX through nvcc --
+
+
+@needs_nvcc
+@pytest.mark.parametrize("path", EXAMPLES[:2], ids=lambda p: p.stem)
+def test_example_cuda_source_compiles_to_ptx(path: Path) -> None:
+    model = build_or_skip(parse_file(path))
+    source = cuda_source(model.lib)
+    ptx = compile_ptx(source, ARCH).decode()
+    entries = re.findall(r"^\.visible \.entry (\w+)\(", ptx, re.M)
+    assert sorted(entries) == sorted(kernel_names(source))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", PTX_OPS)
+def test_single_op_cuda_source_compiles_to_ptx(name: str) -> None:
+    model = build_or_skip(single_op_module(name), pipeline="")
+    source = cuda_source(model.lib)
+    ptx = compile_ptx(source, ARCH).decode()
+    assert len(re.findall(r"^\.visible \.entry ", ptx, re.M)) == len(kernel_names(source))
+
+
+@needs_nvcc
+def test_f16_tensor_core_matmul_compiles_to_mma_ptx() -> None:
+    text = ("func @main(%a: tensor<128x128xf16>, %b: tensor<128x256xf16>) -> tensor<128x256xf16> {\n"
+            "  %c = graph.matmul(%a, %b) : tensor<128x256xf16>\n  return %c\n}\n")
+    model = compiler.compile(parse(text, "<f16>"), "cuda", pipeline="", arch=ARCH)
+    assert "mma.sync" in compile_ptx(cuda_source(model.lib), ARCH).decode()
+
+
+# -- the schedule's own guarantees --
+
+
+def _te_func(kind: str):
+    from tvm import te, topi
+
+    x = te.placeholder((6, 10), "float32", name="x")
+    out = {"softmax": topi.nn.softmax(x, -1), "sum": topi.sum(x, axis=1), "scalar": topi.sum(x),
+           "exp": te.compute(x.shape, lambda i, j: te.exp(x[i, j]), name="y"),
+           "cumsum": topi.cumsum(x, axis=1)}[kind]
+    return te.create_prim_func([x, out]).with_attr("global_symbol", kind)
+
+
+def _cuda_kernels(prim, name: str) -> list[str]:
+    import tvm
+
+    lib = tvm.compile(tvm.IRModule({name: prim.with_attr("global_symbol", name)}), target=cuda_target(ARCH))
+    return kernel_names(cuda_source(lib))
+
+
+def test_matmul_takes_dlights_matmul_rule() -> None:
+    model = build_or_skip(single_op_module("graph.matmul"), pipeline="")
+    assert [str(f.attrs["gc.schedule"]) for f in model.scheduled.functions.values()] == ["Matmul"]
+
+
+def test_a_rule_whose_schedule_does_not_lower_gives_way_to_the_next() -> None:
+    from tvm import te, tirx
+
+    # A max starting from -inf: dlight's cross-thread reduction takes it, but TVM's lowering does not
+    # recognize the reducer; the schedule must fall through to a rule that lowers.
+    x = te.placeholder((6, 300), "float32", name="x")
+    k = te.reduce_axis((0, 300), name="k")
+    fmax = te.comm_reducer(lambda a, b: tirx.max(a, b), lambda t: tirx.const(float("-inf"), t), name="max")
+    top = te.compute((6,), lambda i: fmax(x[i, k], axis=k), name="top")
+    y = te.compute((6, 300), lambda i, j: x[i, j] - top[i], name="y")
+    prim = schedule_cuda.schedule(te.create_prim_func([x, y]), "reduction", cuda_target(ARCH))
+    assert str(prim.attrs["gc.schedule"]) not in ("Reduction", "GeneralReduction")
+    assert _cuda_kernels(prim, "rowmax")
+
+
+def test_a_stages_private_second_result_moves_to_thread_local_memory() -> None:
+    from tvm import te, tirx
+
+    # argmax as one tuple reduction: the running max is a buffer of its own that no other stage reads,
+    # which a kernel cannot allocate in global memory.
+    x = te.placeholder((6, 10), "float32", name="x")
+    red = te.comm_reducer(
+        lambda a, b: (tirx.Select(a[1] >= b[1], a[0], b[0]), tirx.Select(a[1] >= b[1], a[1], b[1])),
+        lambda t0, t1: (tirx.const(-1, t0), tirx.const(float("-inf"), t1)), name="argmax")
+    k = te.reduce_axis((0, 10), name="k")
+    idx, _ = te.compute((6,), lambda i: red((k, x[i, k]), axis=k), name="am")
+    prim = schedule_cuda.schedule(te.create_prim_func([x, idx]), "reduction", cuda_target(ARCH))
+    assert str(prim.attrs["gc.schedule"]) == "Fallback+local"
+    assert _cuda_kernels(prim, "argmax") == ["argmax_kernel"]
+
+
+def test_an_unscheduled_function_has_unbound_blocks() -> None:
+    assert schedule_cuda.unbound_blocks(_te_func("exp")) == ["y"]
+
+
+@pytest.mark.parametrize("kind", ["softmax", "sum", "scalar", "exp", "cumsum"])
+def test_dlight_schedules_bind_every_stage(kind: str) -> None:
+    prim = schedule_cuda.schedule(_te_func(kind), "opaque", cuda_target(ARCH))
+    assert schedule_cuda.unbound_blocks(prim) == []
+    assert _cuda_kernels(prim, kind)
+
+
+@pytest.mark.parametrize("kind", ["softmax", "sum", "scalar", "exp", "cumsum"])
+def test_plain_grid_binds_every_stage_where_dlight_does_not_apply(kind: str, monkeypatch) -> None:
+    monkeypatch.setattr(schedule_cuda, "_try_rule", lambda rule, prim, tgt: None)
+    prim = schedule_cuda.schedule(_te_func(kind), "opaque", cuda_target(ARCH))
+    assert str(prim.attrs["gc.schedule"]) == "grid"
+    assert schedule_cuda.unbound_blocks(prim) == []
+    assert _cuda_kernels(prim, kind)
+
+
+def test_a_stage_left_on_the_host_is_an_internal_error(monkeypatch) -> None:
+    monkeypatch.setattr(schedule_cuda, "_try_rule", lambda rule, prim, tgt: None)
+    monkeypatch.setattr(schedule_cuda, "_grid", lambda prim: prim)
+    with pytest.raises(RuntimeError, match="internal error.*kernel exp left y outside blockIdx/threadIdx"):
+        schedule_cuda.schedule(_te_func("exp"), "elementwise", cuda_target(ARCH))
+
+
+# -- without a GPU: builds, but running says why not --
+
+ADD = "func @main(%x: tensor<4xf32>, %y: tensor<4xf32>) -> tensor<4xf32> {\n  %z = graph.add(%x, %y)\n  return %z\n}\n"
+
+
+@needs_no_gpu
+def test_calling_a_cuda_model_without_a_gpu_raises_no_cuda_device() -> None:
+    model = compiler.compile(ADD, "cuda", arch=ARCH)
+    with pytest.raises(compiler.GCError, match="no CUDA device: the model was compiled for cuda \\(sm_80\\)"):
+        model(np.ones(4, np.float32), np.ones(4, np.float32))
+
+
+@needs_no_gpu
+def test_a_saved_cuda_model_loads_only_beside_a_gpu(tmp_path: Path) -> None:
+    compiler.compile(ADD, "cuda", arch=ARCH).save(tmp_path / "add.gcpkg")
+    with pytest.raises(compiler.GCError, match="cannot load .*add.gcpkg: no CUDA device"):
+        compiler.load(tmp_path / "add.gcpkg")
+
+
+@needs_no_gpu
+def test_a_cuda_model_saved_without_a_driver_is_marked_source_only(tmp_path: Path) -> None:
+    import json
+    import zipfile
+
+    compiler.compile(ADD, "cuda", arch=ARCH).save(tmp_path / "add.gcpkg")
+    with zipfile.ZipFile(tmp_path / "add.gcpkg") as z:
+        assert json.loads(z.read("plan.json"))["cuda_source_only"] is True
+
+
+# -- with a GPU: the numbers --
+
+
+TOLERANCE = {"float16": (1e-2, 1e-3), "bfloat16": (2e-2, 1e-2)}
+
+
+def assert_matches_interpreter(module: Module, model, rtol: float = 1e-4, atol: float = 1e-5) -> None:
+    f = module["main"]
+    inputs = random_inputs(f, 0, module)
+    expected = compiler.run(module, [inputs[a.name] for a in f.args])
+    got = model(**inputs)
+    for e, g in zip(expected, got):
+        e = np.asarray(e)
+        if e.dtype.kind in "biu":
+            np.testing.assert_array_equal(g, e)
+            continue
+        r, a = TOLERANCE.get(e.dtype.name, (rtol, atol))
+        np.testing.assert_allclose(g.astype(np.float64), e.astype(np.float64), rtol=r, atol=a)
+
+
+# The GPU tests build for the GPU that is there (arch=None): an sm_80 cubin does not run on sm_90.
+
+
+@needs_gpu
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_on_the_gpu_matches_the_interpreter(path: Path) -> None:
+    module = parse_file(path)
+    # Whole networks: long dot products summed in another order than NumPy's.
+    assert_matches_interpreter(module, build_or_skip(module, arch=None), rtol=1e-3, atol=1e-4)
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", KERNEL_OPS)
+def test_single_op_on_the_gpu_matches_the_interpreter(name: str) -> None:
+    module = single_op_module(name)
+    assert_matches_interpreter(module, build_or_skip(module, pipeline="", arch=None))
+
+
+@needs_gpu
+def test_a_saved_cuda_model_runs_after_loading(tmp_path: Path) -> None:
+    compiler.compile(ADD, "cuda").save(tmp_path / "add.gcpkg")
+    again = compiler.load(tmp_path / "add.gcpkg")
+    np.testing.assert_array_equal(again(np.ones(4, np.float32), np.full(4, 2, np.float32))[0], np.full(4, 3))

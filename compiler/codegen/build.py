@@ -78,7 +78,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     from compiler.codegen import schedule_cpu
 
     tgt = make_target(target, arch)
-    kernels = [k for k in kernels_of(module, entry) if all(v.type.size > 0 for v in k.outputs)]
+    kernels = [k for k in kernels_of(module, entry) if any(v.type.size > 0 for v in k.outputs)]
     funcs = {}
     for k in kernels:
         prim = lower_kernel(k)
@@ -111,7 +111,7 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
 
     def const(op) -> int:
         name = f"c{len(consts)}"
-        consts[name] = np.ascontiguousarray(op.value.array)
+        consts[name] = np.ascontiguousarray(op.value.array).reshape(op.value.array.shape)  # keeps rank 0
         return add(op.result, "const", name=name)
 
     for i, a in enumerate(f.args):
@@ -119,18 +119,19 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
     for op in f.ops:
         if op.name == "graph.constant":
             const(op)
+    kernel_outputs = {v for k in kernels for v in k.outputs}
+    for op in f.ops:  # zero-size results of dropped kernels: an empty constant stands in
+        for r in op.results:
+            if r not in slot and r not in kernel_outputs and op.name != "graph.constant":
+                name = f"c{len(consts)}"
+                consts[name] = np.zeros(r.type.shape, r.type.dtype.np)
+                add(r, "const", name=name)
     calls = []
     for k in kernels:
         for v in k.outputs:
             add(v, "temp")
         inner = [const(op) for op in getattr(k, "const_ops", [])]
         calls.append({"kernel": k.name, "buffers": [slot[v] for v in k.inputs] + inner + [slot[v] for v in k.outputs]})
-    for op in f.ops:  # zero-size results have no kernel: an empty constant stands in
-        for r in op.results:
-            if r not in slot:
-                consts_name = f"c{len(consts)}"
-                consts[consts_name] = np.zeros(r.type.shape, r.type.dtype.np)
-                add(r, "const", name=consts_name)
     plan = {
         "entry": entry,
         "memory": _memory(buffers, calls, [slot[v] for v in f.results]),

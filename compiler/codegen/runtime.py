@@ -70,7 +70,8 @@ class CompiledModel:
         for slot, x, staging in zip(self._arg_slots, inputs, self._staging):
             if slot < 0:
                 continue
-            if on_gpu or x.ctypes.data % ALIGN or x.dtype == _BF16:  # NumPy bf16 has no DLPack form
+            # NumPy bf16 has no DLPack form; empty arrays have zero strides, which TVM rejects.
+            if on_gpu or x.ctypes.data % ALIGN or x.dtype == _BF16 or x.size == 0:
                 staging.copyfrom(x)
                 bufs[slot] = staging
             else:
@@ -105,7 +106,7 @@ class CompiledModel:
                 if not np.can_cast(x.dtype, dtype, casting="same_kind"):
                     raise GCError(f"input '{name}' has dtype {x.dtype}, expected {dtype}")
                 x = x.astype(dtype)
-            out.append(np.ascontiguousarray(x))
+            out.append(np.ascontiguousarray(x).reshape(shape))  # ascontiguousarray makes rank 0 rank 1
         return out
 
     # -- the artifact: one zip with the library, the plan and the constants --

@@ -20,29 +20,85 @@ def erf(x: np.ndarray) -> np.ndarray:
     return np.asarray(_erf(np.asarray(x, dtype=np.float64)), dtype=np.float64)
 
 
-def _topi(path: str):
-    """A lowering that calls tvm.topi.<path>; TVM is imported only when code is generated."""
+# --- lowering helpers (TVM is imported inside lowerings only, so that `gc run` starts fast) -----------
+
+
+def _dtype(e) -> str:
+    """The dtype of a TE tensor or a scalar expression, as a string ("float32")."""
+    return str(e.dtype) if hasattr(e, "dtype") else str(e.ty)
+
+
+def _arith(dtype: str) -> str:
+    """16-bit floats compute in f32 and round once at the end, as the reference does."""
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
+
+
+def _load(x, shape: tuple[int, ...], idx: tuple):
+    """The element of `x` (of `shape`) that NumPy broadcasting reads for the output index `idx`."""
+    tail = idx[len(idx) - len(shape) :] if shape else ()
+    elem = x(*[0 if d == 1 else i for d, i in zip(shape, tail)])
+    dtype = _dtype(x)
+    return elem.astype(_arith(dtype)) if _arith(dtype) != dtype else elem
+
+
+def _compute(op: Op, xs: list, expr):
+    """One te.compute over the broadcast of `xs`: expr(*elements) in the arithmetic type, cast to the result's."""
+    from tvm import te
+
+    out = op.results[0].type
+    shapes = [v.type.shape for v in op.operands]
+
+    def body(*idx):
+        y = expr(*[_load(x, s, idx) for x, s in zip(xs, shapes)])
+        return y.astype(out.dtype.tvm) if _dtype(y) != out.dtype.tvm else y
+
+    return te.compute(out.shape, body, name=op.name.split(".")[-1])
+
+
+def _lower(expr):
+    """A lowering from a scalar TE expression builder, for ops whose operands broadcast elementwise."""
 
     def lower(self, *xs):
-        import tvm.topi as topi
-
-        f = topi
-        for part in path.split("."):
-            f = getattr(f, part)
-        return f(*xs)
+        return _compute(self, list(xs), expr)
 
     return lower
 
 
-def _te(expr):
-    """A unary lowering from a scalar TE expression builder: expr(x_element) -> element."""
+def _const(value, like):
+    import tvm
 
-    def lower(self, x):
-        from tvm import te
+    return tvm.tirx.const(value, _dtype(like))
 
-        return te.compute(x.shape, lambda *i: expr(x(*i)), name=self.name.split(".")[-1])
 
-    return lower
+def _is_float(e) -> bool:
+    return _dtype(e).startswith(("float", "bfloat"))
+
+
+def _fmax(a, b):
+    """max that propagates NaN from either side, as np.maximum (a bare TIR max drops a NaN on its left)."""
+    import tvm
+
+    if not _is_float(a):
+        return tvm.tirx.max(a, b)
+    return tvm.tirx.Select(tvm.tirx.isnan(a) | (a > b), a, b)
+
+
+def _fmin(a, b):
+    import tvm
+
+    if not _is_float(a):
+        return tvm.tirx.min(a, b)
+    return tvm.tirx.Select(tvm.tirx.isnan(a) | (a < b), a, b)
+
+
+def _expm1(x):
+    """e^x - 1 without the cancellation near 0 (Kahan's trick: the rounding error of e^x cancels)."""
+    import tvm
+    from tvm import te
+
+    u = te.exp(x)
+    one = _const(1, x)
+    return tvm.tirx.Select(u == one, x, tvm.tirx.Select(u - one == -one, -one, (u - one) * x / te.log(u)))
 
 
 def _define(base: type[Op], name: str, fn, doc: str, **extra) -> type[Op]:
@@ -87,27 +143,65 @@ def _sigmoid(x):
     return np.exp(-np.logaddexp(0, -x))
 
 
-Neg = unary("graph.neg", np.negative, "-x:  %y = graph.neg(%x) : tensor<4xf32>", False, lower=_topi("negative"))
-Abs = unary("graph.abs", np.abs, "|x|:  %y = graph.abs(%x) : tensor<4xf32>", False, lower=_topi("abs"))
-Exp = unary("graph.exp", np.exp, "e^x:  %y = graph.exp(%x) : tensor<4xf32>", lower=_topi("exp"))
-Log = unary("graph.log", np.log, "natural log:  %y = graph.log(%x) : tensor<4xf32>", positive=True, lower=_topi("log"))
+def _te(fn: str):
+    """A unary lowering that applies tvm.te.<fn> to each element."""
+
+    def expr(x):
+        from tvm import te
+
+        return getattr(te, fn)(x)
+
+    return _lower(expr)
+
+
+def _relu(x):
+    import tvm
+
+    # x < 0 is false for NaN, so a NaN passes through as np.maximum(x, 0) lets it.
+    return tvm.tirx.Select(x < _const(0, x), _const(0, x), x)
+
+
+def _sigmoid_te(x):
+    import tvm
+    from tvm import te
+
+    # With e = e^-|x| <= 1 nothing overflows, and a large negative x gives e^x itself rather than 1/inf = 0.
+    e = te.exp(-tvm.tirx.abs(x))
+    s = _const(1, x) / (_const(1, x) + e)
+    return tvm.tirx.Select(x >= _const(0, x), s, e * s)
+
+
+def _softplus(x):
+    import tvm
+    from tvm import te
+
+    # max(x, 0) + log(1 + e^-|x|): e^-|x| <= 1 cannot overflow, and log1p keeps e^-100 from becoming 0.
+    zero = _const(0, x)
+    return tvm.tirx.Select(x > zero, x, zero) + tvm.tirx.log1p(te.exp(-tvm.tirx.abs(x)))
+
+
+Neg = unary("graph.neg", np.negative, "-x:  %y = graph.neg(%x) : tensor<4xf32>", False, lower=_lower(lambda x: -x))
+Abs = unary("graph.abs", np.abs, "|x|:  %y = graph.abs(%x) : tensor<4xf32>", False, lower=_te("abs"))
+Exp = unary("graph.exp", np.exp, "e^x:  %y = graph.exp(%x) : tensor<4xf32>", lower=_te("exp"))
+Log = unary("graph.log", np.log, "natural log:  %y = graph.log(%x) : tensor<4xf32>", positive=True, lower=_te("log"))
 Sqrt = unary("graph.sqrt", np.sqrt, "square root:  %y = graph.sqrt(%x) : tensor<4xf32>", positive=True,
-             lower=_topi("sqrt"))
+             lower=_te("sqrt"))
 Rsqrt = unary("graph.rsqrt", lambda x: 1 / np.sqrt(x), "1/sqrt(x):  %y = graph.rsqrt(%x) : tensor<4xf32>",
-              positive=True, lower=_topi("rsqrt"))
+              positive=True, lower=_te("rsqrt"))
 Reciprocal = unary("graph.reciprocal", lambda x: 1 / x, "1/x:  %y = graph.reciprocal(%x) : tensor<4xf32>",
-                   lower=_te(lambda x: 1 / x))
-Tanh = unary("graph.tanh", np.tanh, "tanh:  %y = graph.tanh(%x) : tensor<4xf32>", lower=_topi("tanh"))
+                   lower=_lower(lambda x: _const(1, x) / x))
+Tanh = unary("graph.tanh", np.tanh, "tanh:  %y = graph.tanh(%x) : tensor<4xf32>", lower=_te("tanh"))
 Sigmoid = unary("graph.sigmoid", _sigmoid, "1/(1+e^-x):  %y = graph.sigmoid(%x) : tensor<4xf32>",
-                lower=_topi("sigmoid"))
+                lower=_lower(_sigmoid_te))
 Relu = unary("graph.relu", lambda x: np.maximum(x, 0), "max(x, 0):  %y = graph.relu(%x) : tensor<4xf32>", False,
-             lower=_topi("nn.relu"))
-Erf = unary("graph.erf", erf, "the error function:  %y = graph.erf(%x) : tensor<4xf32>", lower=_topi("erf"))
-Sin = unary("graph.sin", np.sin, "sine:  %y = graph.sin(%x) : tensor<4xf32>", lower=_topi("sin"))
-Cos = unary("graph.cos", np.cos, "cosine:  %y = graph.cos(%x) : tensor<4xf32>", lower=_topi("cos"))
-Floor = unary("graph.floor", np.floor, "round down:  %y = graph.floor(%x) : tensor<4xf32>", lower=_topi("floor"))
-Ceil = unary("graph.ceil", np.ceil, "round up:  %y = graph.ceil(%x) : tensor<4xf32>", lower=_topi("ceil"))
-Softplus = unary("graph.softplus", lambda x: np.logaddexp(0, x), "log(1+e^x):  %y = graph.softplus(%x) : tensor<4xf32>")
+             lower=_lower(_relu))
+Erf = unary("graph.erf", erf, "the error function:  %y = graph.erf(%x) : tensor<4xf32>", lower=_te("erf"))
+Sin = unary("graph.sin", np.sin, "sine:  %y = graph.sin(%x) : tensor<4xf32>", lower=_te("sin"))
+Cos = unary("graph.cos", np.cos, "cosine:  %y = graph.cos(%x) : tensor<4xf32>", lower=_te("cos"))
+Floor = unary("graph.floor", np.floor, "round down:  %y = graph.floor(%x) : tensor<4xf32>", lower=_te("floor"))
+Ceil = unary("graph.ceil", np.ceil, "round up:  %y = graph.ceil(%x) : tensor<4xf32>", lower=_te("ceil"))
+Softplus = unary("graph.softplus", lambda x: np.logaddexp(0, x), "log(1+e^x):  %y = graph.softplus(%x) : tensor<4xf32>",
+                 lower=_lower(_softplus))
 
 
 class Gelu(Unary, name="graph.gelu"):
@@ -120,6 +214,18 @@ class Gelu(Unary, name="graph.gelu"):
             return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
         return 0.5 * x * (1 + erf(x / math.sqrt(2)))
 
+    def lower(self, x):
+        from tvm import te
+
+        def expr(v):
+            half, one = _const(0.5, v), _const(1, v)
+            if self.approximate == "tanh":
+                inner = _const(math.sqrt(2 / math.pi), v) * (v + _const(0.044715, v) * v * v * v)
+                return half * v * (one + te.tanh(inner))
+            return half * v * (one + te.erf(v * _const(1 / math.sqrt(2), v)))
+
+        return _compute(self, [x], expr)
+
 
 class LeakyRelu(Unary, name="graph.leaky_relu"):
     """x if x >= 0 else alpha·x:  %y = graph.leaky_relu(%x) {alpha = 0.1} : tensor<4xf32>"""
@@ -129,6 +235,12 @@ class LeakyRelu(Unary, name="graph.leaky_relu"):
     def reference(self, x: np.ndarray) -> np.ndarray:
         return np.where(x >= 0, x, self.alpha * x)
 
+    def lower(self, x):
+        import tvm
+
+        # x >= 0 is false for NaN, which then goes through alpha * NaN = NaN, as the reference.
+        return _compute(self, [x], lambda v: tvm.tirx.Select(v >= _const(0, v), v, _const(self.alpha, v) * v))
+
 
 class Elu(Unary, name="graph.elu"):
     """x if x > 0 else alpha·(e^x - 1):  %y = graph.elu(%x) {alpha = 1.0} : tensor<4xf32>"""
@@ -137,6 +249,12 @@ class Elu(Unary, name="graph.elu"):
 
     def reference(self, x: np.ndarray) -> np.ndarray:
         return np.where(x > 0, x, self.alpha * np.expm1(np.minimum(x, 0)))
+
+    def lower(self, x):
+        import tvm
+
+        # No min(x, 0) inside: TIR's min drops a NaN, and e^x of a large x is discarded by the select anyway.
+        return _compute(self, [x], lambda v: tvm.tirx.Select(v > _const(0, v), v, _const(self.alpha, v) * _expm1(v)))
 
 
 class Clip(Unary, name="graph.clip"):
@@ -149,9 +267,29 @@ class Clip(Unary, name="graph.clip"):
     def reference(self, x: np.ndarray) -> np.ndarray:
         lo, hi = self.min, self.max
         if not np.issubdtype(x.dtype, np.floating):
+            # Bounds outside the integer type (or NaN: no bound) clamp to its range instead of overflowing.
             info = np.iinfo(x.dtype)
-            lo, hi = (int(max(lo, info.min)), int(min(hi, info.max)))
+            lo = info.min if math.isnan(lo) else int(min(max(lo, info.min), info.max))
+            hi = info.max if math.isnan(hi) else int(min(max(hi, info.min), info.max))
+            return np.minimum(np.maximum(x, x.dtype.type(lo)), x.dtype.type(hi))
         return np.minimum(np.maximum(x, lo), hi)
+
+    def lower(self, x):
+        lo, hi = self.min, self.max
+        dtype = self.results[0].type.dtype
+        if dtype.is_int:
+            # As the reference: fractional bounds truncate toward zero, bounds beyond the dtype's range drop out.
+            info = np.iinfo(dtype.np)
+            lo, hi = int(min(max(lo, info.min), info.max)), int(max(min(hi, info.max), info.min))
+
+        def expr(v):
+            if not lo == -math.inf:  # an absent bound costs nothing; a NaN bound makes every element NaN
+                v = _fmax(v, _const(lo, v))
+            if not hi == math.inf:
+                v = _fmin(v, _const(hi, v))
+            return v
+
+        return _compute(self, [x], expr)
 
 
 class Cast(Op, name="graph.cast"):
@@ -173,6 +311,19 @@ class Cast(Op, name="graph.cast"):
         if self.dtype.is_int and np.issubdtype(x.dtype, np.floating):
             x = np.trunc(x)
         return x.astype(self.dtype.np)
+
+    def lower(self, x):
+        import tvm
+
+        def expr(v):
+            if _dtype(v) == self.dtype.tvm:
+                return v
+            if self.dtype is DType.i1 and not _is_float(v):
+                return tvm.tirx.NE(v, _const(0, v))  # a bare cast to bool would keep only the lowest bit
+            # Float -> bool tests for nonzero (NaN is true); float -> int truncates toward zero.
+            return v.astype(self.dtype.tvm)
+
+        return _compute(self, [x], expr)
 
 
 # --- binary ---------------------------------------------------------------------------------------
@@ -205,6 +356,87 @@ def binary(name: str, fn, doc: str, result_bool: bool = False, lower=None) -> ty
     return _define(Binary, name, fn, doc, result_bool=result_bool, **extra)
 
 
+def _div_te(a, b):
+    import tvm
+
+    if _is_float(a):
+        return a / b
+    zero, one = _const(0, a), _const(1, a)
+    # Neither x / 0 nor INT_MIN / -1 may reach the hardware divide, which traps on both.
+    safe = tvm.tirx.Select((b == zero) | (b == -one), one, b)
+    q = tvm.tirx.truncdiv(a, safe)
+    return tvm.tirx.Select(b == zero, zero, tvm.tirx.Select(b == -one, zero - a, q))
+
+
+def _lower_pow(self, a, b):
+    """Floats: te.power. Integers: exact, wrapping as NumPy does, by 8-bit windows of the exponent."""
+    from tvm import te, tirx
+
+    if self.results[0].type.dtype.is_float:
+        return _compute(self, [a, b], te.power)
+    # a^e = prod_w (a^(256^w))^(digit w of e). Every power is a product reduction of one earlier stage,
+    # never a nested expression: TIR's simplifier expands a chain of squarings to 2^steps terms.
+    out = self.results[0].type
+    dtype = out.dtype.tvm
+    shape_a, shape_b = (v.type.shape for v in self.operands)
+    one, zero = tirx.const(1, dtype), tirx.const(0, dtype)
+    prod = te.comm_reducer(lambda x, y: x * y, lambda t: tirx.const(1, t), name="prod")
+    window = 8
+
+    def exponent(idx):
+        return _load(b, shape_b, idx)
+
+    def digit_power(base, w: int):
+        """base^(digit w of the exponent), as a product over the digit's range."""
+        size = min(1 << window, int(np.iinfo(out.dtype.np).max) + 1)  # i8 exponents have 7 bits
+        k = te.reduce_axis((0, size), name=f"k{w}")
+        shift = tirx.const(window * w, dtype)
+        mask = tirx.const(size - 1, dtype)
+        return te.compute(
+            out.shape,
+            # A select rather than `where=`: te.create_prim_func drops a reduction's condition (TVM 0.27).
+            lambda *i: prod(
+                tirx.Select(k.var < ((exponent(i) >> shift) & mask).astype(k.var.ty), base(*i), one), axis=k
+            ),
+            name=f"pow_digit{w}",
+        )
+
+    def power_up(prev, w: int):
+        """prev^256, the base of the next window."""
+        j = te.reduce_axis((0, 1 << window), name=f"j{w}")
+        return te.compute(out.shape, lambda *i: prod(prev(*i), axis=j), name=f"pow_base{w}")
+
+    base = te.compute(out.shape, lambda *i: _load(a, shape_a, i), name="pow_base0")
+    digits = []
+    for w in range(-(-(np.iinfo(out.dtype.np).bits - 1) // window)):
+        base = power_up(base, w) if w else base
+        digits.append(digit_power(base, w))
+
+    def body(*i):
+        x, e = _load(a, shape_a, i), exponent(i)
+        power = one
+        for d in digits:
+            power = power * d(*i)
+        # A negative exponent: 1 / a^|e| truncates to 0 unless |a| is 1.
+        inv = tirx.Select((x == one) | (x == -one), tirx.Select((e & one) == one, x, one), zero)
+        return tirx.Select(e < zero, inv, power)
+
+    return te.compute(out.shape, body, name="pow")
+
+
+def _compare(node: str):
+    """A comparison by its TIR node (EQ, LT, GT); i1 operands compare as i8, which TVM's LLVM codegen needs."""
+
+    def expr(a, b):
+        import tvm
+
+        if _dtype(a) == "bool":
+            a, b = a.astype("int8"), b.astype("int8")
+        return getattr(tvm.tirx, node)(a, b)
+
+    return _lower(expr)
+
+
 def _div(a, b):
     if np.issubdtype(a.dtype, np.integer):
         # C-style division truncates toward zero, as compiled code does; x/0 is 0 rather than a trap.
@@ -228,16 +460,24 @@ def _pow(a, b):
     return np.power(a, b)
 
 
-Add = binary("graph.add", np.add, "a + b:  %z = graph.add(%x, %y) : tensor<4xf32>", lower=_topi("add"))
-Sub = binary("graph.sub", np.subtract, "a - b:  %z = graph.sub(%x, %y) : tensor<4xf32>", lower=_topi("subtract"))
-Mul = binary("graph.mul", np.multiply, "a * b:  %z = graph.mul(%x, %y) : tensor<4xf32>", lower=_topi("multiply"))
-Div = binary("graph.div", _div, "a / b (integers truncate):  %z = graph.div(%x, %y) : tensor<4xf32>")
-Pow = binary("graph.pow", _pow, "a ** b:  %z = graph.pow(%x, %y) : tensor<4xf32>")
-Maximum = binary("graph.maximum", np.maximum, "max(a, b):  %z = graph.maximum(%x, %y) : tensor<4xf32>", lower=_topi("maximum"))
-Minimum = binary("graph.minimum", np.minimum, "min(a, b):  %z = graph.minimum(%x, %y) : tensor<4xf32>", lower=_topi("minimum"))
-Equal = binary("graph.equal", np.equal, "a == b:  %z = graph.equal(%x, %y) : tensor<4xi1>", True, lower=_topi("equal"))
-Less = binary("graph.less", np.less, "a < b:  %z = graph.less(%x, %y) : tensor<4xi1>", True, lower=_topi("less"))
-Greater = binary("graph.greater", np.greater, "a > b:  %z = graph.greater(%x, %y) : tensor<4xi1>", True, lower=_topi("greater"))
+Add = binary("graph.add", np.add, "a + b:  %z = graph.add(%x, %y) : tensor<4xf32>", lower=_lower(lambda a, b: a + b))
+Sub = binary("graph.sub", np.subtract, "a - b:  %z = graph.sub(%x, %y) : tensor<4xf32>",
+             lower=_lower(lambda a, b: a - b))
+Mul = binary("graph.mul", np.multiply, "a * b:  %z = graph.mul(%x, %y) : tensor<4xf32>",
+             lower=_lower(lambda a, b: a * b))
+Div = binary("graph.div", _div, "a / b (integers truncate):  %z = graph.div(%x, %y) : tensor<4xf32>",
+             lower=_lower(_div_te))
+Pow = binary("graph.pow", _pow, "a ** b:  %z = graph.pow(%x, %y) : tensor<4xf32>", lower=_lower_pow)
+Maximum = binary("graph.maximum", np.maximum, "max(a, b):  %z = graph.maximum(%x, %y) : tensor<4xf32>",
+                 lower=_lower(_fmax))
+Minimum = binary("graph.minimum", np.minimum, "min(a, b):  %z = graph.minimum(%x, %y) : tensor<4xf32>",
+                 lower=_lower(_fmin))
+Equal = binary("graph.equal", np.equal, "a == b:  %z = graph.equal(%x, %y) : tensor<4xi1>", True,
+               lower=_compare("EQ"))
+Less = binary("graph.less", np.less, "a < b:  %z = graph.less(%x, %y) : tensor<4xi1>", True,
+              lower=_compare("LT"))
+Greater = binary("graph.greater", np.greater, "a > b:  %z = graph.greater(%x, %y) : tensor<4xi1>", True,
+                 lower=_compare("GT"))
 
 
 class Where(Op, name="graph.where"):
@@ -256,6 +496,11 @@ class Where(Op, name="graph.where"):
 
     def reference(self, cond: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return np.where(cond, a, b)
+
+    def lower(self, cond, a, b):
+        import tvm
+
+        return _compute(self, [cond, a, b], lambda c, x, y: tvm.tirx.Select(c, x, y))
 
     def flops(self) -> int:
         return 0

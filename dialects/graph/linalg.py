@@ -48,10 +48,39 @@ OPS = [MatMul]
 
 
 def _lower_matmul(self, a, b):
-    """TE matmul: NumPy semantics, 2-D only for now (batched forms come with the codegen issue)."""
-    from tvm import topi
+    """One TE reduction with NumPy's semantics; [M, K] x [K, N] is the plain `matmul` block schedules look for."""
+    from tvm import te, tirx
 
-    return topi.matmul(a, b)
+    ta, tb, out = self.operands[0].type, self.operands[1].type, self.results[0].type
+    k_size = ta.shape[-1]
+    # 16-bit floats accumulate in f32 and round once, as the reference does.
+    acc = "float32" if out.dtype.tvm in ("float16", "bfloat16") else out.dtype.tvm
+    if k_size == 0:  # an empty sum; TVM would skip the init of a reduction over an empty loop
+        return te.compute(out.shape, lambda *i: tirx.const(0, out.dtype.tvm), name="matmul")
+    batch_a, batch_b = ta.shape[:-2], tb.shape[:-2]
+    nbatch = out.rank - (ta.rank >= 2) - (tb.rank >= 2)
+    k = te.reduce_axis((0, k_size), name="k")
+
+    def batch_index(shape: tuple[int, ...], idx: tuple) -> list:
+        tail = idx[len(idx) - len(shape) :] if shape else ()
+        return [0 if d == 1 else i for d, i in zip(shape, tail)]
+
+    def load(x, idx: list):
+        elem = x(*idx)
+        return elem.astype(acc) if acc != out.dtype.tvm else elem
+
+    def body(*idx):
+        outer, rest = idx[:nbatch], idx[nbatch:]
+        row = [rest[0]] if ta.rank >= 2 else []
+        col = [rest[-1]] if tb.rank >= 2 else []
+        lhs = load(a, batch_index(batch_a, outer) + row + [k])
+        rhs = load(b, batch_index(batch_b, outer) + [k] + col)
+        return te.sum(lhs * rhs, axis=k)
+
+    c = te.compute(out.shape, body, name="matmul")
+    if acc == out.dtype.tvm:
+        return c
+    return te.compute(out.shape, lambda *i: c(*i).astype(out.dtype.tvm), name="matmul_round")
 
 
 MatMul.lower = _lower_matmul

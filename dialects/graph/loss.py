@@ -44,6 +44,30 @@ class SoftmaxCrossEntropy(Op, name="graph.softmax_cross_entropy"):
         with np.errstate(invalid="ignore", divide="ignore"):
             return -np.sum(picked) / n
 
+    def lower(self, logits, labels):
+        from tvm import te, tirx
+
+        n, c = self.operands[0].type.shape
+        dtype = self.results[0].type.dtype.tvm
+        acc = _accumulator(dtype)
+        if n == 0 or c == 0:  # the mean of nothing (a class axis of 0 has no valid label either)
+            return te.compute((), lambda: tirx.const(np.nan, dtype), name="softmax_cross_entropy")
+
+        def x(i, j):
+            return logits[i, j].astype(acc) if acc != dtype else logits[i, j]
+
+        # loss_i = log(sum_j e^(x_ij - m_i)) + m_i - x_i,label: the shift by the row maximum keeps e^ finite.
+        j1, j2, r = te.reduce_axis((0, c), "j1"), te.reduce_axis((0, c), "j2"), te.reduce_axis((0, n), "r")
+        m = te.compute((n,), lambda i: te.max(x(i, j1), axis=j1), name="sce_max")
+        z = te.compute((n,), lambda i: te.sum(te.exp(x(i, j2) - m[i]), axis=j2), name="sce_sum")
+
+        def label(i):
+            # The interpreter rejects a label out of range; compiled code clamps it rather than read astray.
+            return tirx.max(tirx.min(labels[i], c - 1), 0).astype("int32")
+
+        total = te.compute((), lambda: te.sum(te.log(z[r]) + m[r] - x(r, label(r)), axis=r), name="sce_total")
+        return te.compute((), lambda: (total() / tirx.const(n, acc)).astype(dtype), name="softmax_cross_entropy")
+
     def input_range(self, index: int) -> tuple[int, int] | None:
         """Valid integer values [lo, hi) for operand `index`: the class indices of the labels."""
         return (0, self.operands[0].type.shape[1]) if index == 1 else None
@@ -72,8 +96,30 @@ class MseLoss(Op, name="graph.mse_loss"):
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.sum(d * d) / d.size
 
+    def lower(self, a, b):
+        from tvm import te, tirx
+
+        t = self.operands[0].type
+        dtype = self.results[0].type.dtype.tvm
+        acc = _accumulator(dtype)
+        if t.size == 0:  # the mean of nothing
+            return te.compute((), lambda: tirx.const(np.nan, dtype), name="mse_loss")
+        axes = [te.reduce_axis((0, d), f"k{i}") for i, d in enumerate(t.shape)]
+
+        def square(idx):
+            d = a(*idx).astype(acc) - b(*idx).astype(acc)
+            return d * d
+
+        total = te.compute((), lambda: te.sum(square(axes), axis=axes) if axes else square([]), name="mse_total")
+        return te.compute((), lambda: (total() / tirx.const(t.size, acc)).astype(dtype), name="mse_loss")
+
     def flops(self) -> int:
         return self.operands[0].type.size
+
+
+def _accumulator(dtype: str) -> str:
+    """16-bit floats accumulate in f32, as the reference computes them."""
+    return "float32" if dtype in ("float16", "bfloat16") else dtype
 
 
 OPS = [SoftmaxCrossEntropy, MseLoss]

@@ -43,6 +43,77 @@ class Reduce(Op):
     def flops(self) -> int:
         return self.operands[0].type.size
 
+    def lower(self, x):
+        from tvm import te, tirx
+
+        t, out = self.operands[0].type, self.results[0].type
+        axes = self.reduced_axes(t.rank)
+        acc = _accumulator(self.name, t.dtype)
+        n = int(np.prod([t.shape[a] for a in axes], dtype=np.int64))
+        if n == 0:
+            # TVM skips a reduction's init when its loop is empty, so the identity is written out instead.
+            ident = self.fn(np.zeros([0], t.dtype.np), (0,), False).astype(out.dtype.np)[()]
+            return te.compute(out.shape, lambda *i: tirx.const(ident.item(), out.dtype.tvm), name=_short(self))
+        raxes = {a: te.reduce_axis((0, t.shape[a]), name=f"k{a}") for a in axes}
+
+        def source(idx: tuple):
+            kept = iter(i for a, i in enumerate(idx) if not (self.keepdims and a in raxes))
+            elem = x(*[raxes[a] if a in raxes else next(kept) for a in range(t.rank)])
+            return elem.astype(acc) if acc != t.dtype.tvm else elem
+
+        mean = self.name == "graph.reduce_mean"
+        final = acc == out.dtype.tvm and not mean
+        total = te.compute(
+            out.shape,
+            lambda *idx: _combine(self.name, source(idx), list(raxes.values())),
+            name=_short(self) if final else _short(self) + "_acc",
+        )
+        if final:
+            return total
+
+        def finish(*i):
+            y = total(*i)
+            if mean:  # an integer mean truncates toward zero, as the reference's
+                y = tirx.truncdiv(y, n) if acc.startswith("int") else y / tirx.const(n, acc)
+            return y.astype(out.dtype.tvm)
+
+        return te.compute(out.shape, finish, name=_short(self))
+
+
+def _short(op: Op) -> str:
+    return op.name.split(".")[-1]
+
+
+def _accumulator(name: str, dtype: DType) -> str:
+    """16-bit floats accumulate in f32 (as the reference, which rounds once); an integer mean in i64."""
+    if dtype in (DType.f16, DType.bf16):
+        return "float32"
+    if name == "graph.reduce_mean" and dtype.is_int:
+        return "int64"
+    return dtype.tvm
+
+
+def _combine(name: str, value, axes: list):
+    """The TE reduction of `value` over `axes`: a sum, or a max/min through which a NaN wins."""
+    from tvm import te, tirx
+
+    if not axes:  # a scalar reduces to itself
+        return value
+    if name in ("graph.reduce_sum", "graph.reduce_mean"):
+        return te.sum(value, axis=axes)
+    dtype = str(value.ty)
+    is_max = name == "graph.reduce_max"
+    if not dtype.startswith(("float", "bfloat")):
+        return (te.max if is_max else te.min)(value, axis=axes)
+    # TIR's max(a, b) is `a > b ? a : b`, which drops a NaN in a; the reference propagates it.
+    better = (lambda a, b: a > b) if is_max else (lambda a, b: a < b)
+    reducer = te.comm_reducer(
+        lambda acc, v: tirx.Select(tirx.isnan(acc) | better(acc, v), acc, v),
+        lambda t: tirx.const(-np.inf if is_max else np.inf, t),
+        name="nanmax" if is_max else "nanmin",
+    )
+    return reducer(value, axis=axes)
+
 
 def _sum(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
     # Accumulate in 64 bits; the result is rounded (or wrapped) once to the declared dtype.
@@ -126,6 +197,50 @@ class Argmax(Op, name="graph.argmax"):
     def reference(self, x: np.ndarray) -> np.ndarray:
         # np.argmax takes the first of equal maxima, and a NaN as the maximum, as PyTorch does.
         return np.argmax(x, axis=self.axis % x.ndim, keepdims=self.keepdims)
+
+    def lower(self, x):
+        from tvm import te, tirx
+
+        t, out = self.operands[0].type, self.results[0].type
+        axis = self.axis % t.rank
+        k = te.reduce_axis((0, t.shape[axis]), name="k")
+        # 16-bit floats compare in f32 (exactly the same order; TIR has no isnan for bf16).
+        dtype = _accumulator(self.name, t.dtype)
+        is_float = t.dtype.is_float
+
+        def combine(lhs, rhs):
+            # (index, value) pairs: the larger value wins, a NaN beats any number, and ties go to the first index.
+            (i1, v1), (i2, v2) = lhs, rhs
+            first = i1 < i2
+            if is_float:
+                n1, n2 = tirx.isnan(v1), tirx.isnan(v2)
+                keep = (n1 & (tirx.Not(n2) | first)) | (tirx.Not(n2) & ((v1 > v2) | ((v1 == v2) & first)))
+            else:
+                keep = (v1 > v2) | ((v1 == v2) & first)
+            return tirx.Select(keep, i1, i2), tirx.Select(keep, v1, v2)
+
+        def identity(t_index, t_value):
+            low = tirx.const(-np.inf, t_value) if is_float else te.min_value(t_value)
+            return tirx.const(np.iinfo(np.int64).max, t_index), low
+
+        argmax = te.comm_reducer(combine, identity, name="argmax")
+
+        def body(*idx):
+            outer = list(idx)
+            if self.keepdims:
+                del outer[axis]
+            elem = x(*outer[:axis], k, *outer[axis:])
+            if t.dtype is DType.bf16:
+                # The bits themselves: TVM's bf16 storage legalization leaves a bf16 -> f32 cast inside a
+                # two-value reduction as an integer conversion of the raw bits.
+                bits = tirx.reinterpret("uint16", elem).astype("uint32") << tirx.const(16, "uint32")
+                elem = tirx.reinterpret("float32", bits)
+            elif dtype != t.dtype.tvm:
+                elem = elem.astype(dtype)
+            return argmax((k.var.astype("int64"), elem), axis=k)
+
+        index, _ = te.compute(out.shape, body, name="argmax")
+        return index
 
     def flops(self) -> int:
         return self.operands[0].type.size

@@ -39,6 +39,36 @@ class ShapeOp(Op):
     def flops(self) -> int:
         return 0
 
+    def out_shape(self, i: int = 0) -> tuple[int, ...]:
+        return self.results[i].type.shape
+
+
+# --- lowering helpers (TVM is imported inside lowerings only) ----------------------------------------
+
+
+def _reshaped(x, in_shape: tuple[int, ...], out_shape: tuple[int, ...], name: str):
+    """The same elements in row-major order under a new shape."""
+    from tvm import te, tirx
+
+    def body(*idx):
+        flat = 0
+        for i, d in zip(idx, out_shape):
+            flat = flat * d + i
+        src = []
+        for d in reversed(in_shape):
+            src.append(tirx.floormod(flat, d) if d != 1 else 0)
+            flat = tirx.floordiv(flat, d)
+        return x(*reversed(src))
+
+    return te.compute(out_shape, body, name=name)
+
+
+def _clamp_index(i, lo: int, hi: int):
+    """i kept inside [lo, hi]: a select evaluates both sides, so every load must stay in bounds."""
+    from tvm import tirx
+
+    return tirx.max(tirx.min(i, hi), lo)
+
 
 # --- reshape, transpose -----------------------------------------------------------------------------
 
@@ -81,6 +111,9 @@ class Reshape(ShapeOp, name="graph.reshape"):
     def reference(self, x: np.ndarray) -> np.ndarray:
         return x.reshape(self.target(x.shape))
 
+    def lower(self, x):
+        return _reshaped(x, self.operands[0].type.shape, self.out_shape(), "reshape")
+
 
 class Transpose(ShapeOp, name="graph.transpose"):
     """Permute the axes (reversed if perm is absent):  %y = graph.transpose(%x) {perm = [1, 0]} : tensor<3x2xf32>"""
@@ -103,6 +136,13 @@ class Transpose(ShapeOp, name="graph.transpose"):
 
     def reference(self, x: np.ndarray) -> np.ndarray:
         return np.transpose(x, self.resolved(x.ndim))
+
+    def lower(self, x):
+        from tvm import te
+
+        # Output axis k is input axis perm[k], so input axis d is read with output index inverse[d].
+        inverse = np.argsort(self.resolved(self.operands[0].type.rank)).tolist()
+        return te.compute(self.out_shape(), lambda *i: x(*[i[p] for p in inverse]), name="transpose")
 
 
 # --- concat, split ----------------------------------------------------------------------------------
@@ -136,6 +176,33 @@ class Concat(ShapeOp, name="graph.concat"):
     def reference(self, xs: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(xs, axis=self.axis)
 
+    def lower(self, xs: list):
+        from tvm import te, tirx
+
+        out = self.out_shape()
+        axis = self.axis % len(out)
+        # Empty operands contribute nothing (and have no element to read).
+        parts, offset = [], 0
+        for x, v in zip(xs, self.operands):
+            n = v.type.shape[axis]
+            if n:
+                parts.append((x, offset, n))
+            offset += n
+        if not parts:  # every operand is empty, and so is the result
+            return te.compute(out, lambda *i: tirx.const(0, self.results[0].type.dtype.tvm), name="concat")
+
+        def body(*i):
+            def read(x, off: int, n: int):
+                return x(*i[:axis], _clamp_index(i[axis] - off, 0, n - 1), *i[axis + 1 :])
+
+            x, off, n = parts[-1]
+            y = read(x, off, n)
+            for x, off, n in reversed(parts[:-1]):
+                y = tirx.Select(i[axis] < off + n, read(x, off, n), y)
+            return y
+
+        return te.compute(out, body, name="concat")
+
 
 class Split(ShapeOp, name="graph.split"):
     """Cut along one axis, one result per section:
@@ -167,6 +234,19 @@ class Split(ShapeOp, name="graph.split"):
     def reference(self, x: np.ndarray) -> tuple[np.ndarray, ...]:
         cuts = np.cumsum(self.sections)[:-1]
         return tuple(np.split(x, cuts, axis=self.axis))
+
+    def lower(self, x) -> tuple:
+        from tvm import te
+
+        axis = self.axis % self.operands[0].type.rank
+
+        def part(k: int, off: int):
+            return te.compute(
+                self.out_shape(k), lambda *i: x(*i[:axis], i[axis] + off, *i[axis + 1 :]), name=f"split{k}"
+            )
+
+        offsets = [0, *np.cumsum(self.sections)[:-1].tolist()]
+        return tuple(part(k, int(off)) for k, off in enumerate(offsets))
 
 
 # --- slice ------------------------------------------------------------------------------------------
@@ -217,6 +297,16 @@ class Slice(ShapeOp, name="graph.slice"):
             x = np.take(x, np.array(r, dtype=np.int64), axis=a)
         return x
 
+    def lower(self, x):
+        from tvm import te
+
+        plan = self.plan(self.operands[0].type.shape)
+
+        def body(*i):
+            return x(*[plan[a].start + plan[a].step * v if a in plan else v for a, v in enumerate(i)])
+
+        return te.compute(self.out_shape(), body, name="slice")
+
 
 # --- broadcast_to, squeeze, unsqueeze, flatten ------------------------------------------------------
 
@@ -234,6 +324,17 @@ class BroadcastTo(ShapeOp, name="graph.broadcast_to"):
 
     def reference(self, x: np.ndarray) -> np.ndarray:
         return np.broadcast_to(x, np.broadcast_shapes(x.shape, self.shape)).copy()
+
+    def lower(self, x):
+        from tvm import te
+
+        shape = self.operands[0].type.shape
+
+        def body(*i):
+            tail = i[len(i) - len(shape) :] if shape else ()
+            return x(*[0 if d == 1 else v for d, v in zip(shape, tail)])
+
+        return te.compute(self.out_shape(), body, name="broadcast_to")
 
 
 class Squeeze(ShapeOp, name="graph.squeeze"):
@@ -258,12 +359,18 @@ class Squeeze(ShapeOp, name="graph.squeeze"):
     def reference(self, x: np.ndarray) -> np.ndarray:
         return np.squeeze(x, axis=self.dropped(x.shape))
 
+    def lower(self, x):
+        return _reshaped(x, self.operands[0].type.shape, self.out_shape(), "squeeze")
+
 
 class Unsqueeze(ShapeOp, name="graph.unsqueeze"):
     """Insert size-1 axes at output positions:  %y = graph.unsqueeze(%x) {axes = [0]} : tensor<1x3xf32>"""
 
     x = operand()
     axes = attribute("ints")
+
+    def lower(self, x):
+        return _reshaped(x, self.operands[0].type.shape, self.out_shape(), "unsqueeze")
 
     def infer(self, x: TensorType) -> TensorType:
         # Axes index the result (ONNX), so they are normalized against the output rank.
@@ -281,6 +388,9 @@ class Flatten(ShapeOp, name="graph.flatten"):
 
     x = operand()
     axis = attribute(int, 1)
+
+    def lower(self, x):
+        return _reshaped(x, self.operands[0].type.shape, self.out_shape(), "flatten")
 
     def infer(self, x: TensorType) -> TensorType:
         # Unlike other axes, axis == rank is valid here (everything goes to the first dimension).
@@ -336,6 +446,28 @@ class Pad(ShapeOp, name="graph.pad"):
         out[tuple(slice(max(b, 0), max(b, 0) + n) for n, b in zip(x.shape, lo))] = x
         return out
 
+    def lower(self, x):
+        from tvm import te, tirx
+
+        t = self.operands[0].type
+        lo, hi = self.pads[: t.rank], self.pads[t.rank :]
+        value = bool(self.value) if t.dtype.is_bool else int(self.value) if t.dtype.is_int else self.value
+        fill = tirx.const(value, t.dtype.tvm)
+        if t.size == 0:  # everything is padding
+            return te.compute(self.out_shape(), lambda *i: fill, name="pad")
+        padded = [a for a in range(t.rank) if lo[a] > 0 or hi[a] > 0]  # only cropped axes never leave the input
+
+        def body(*i):
+            # Output index i reads input index i - lo (a negative lo crops); outside the input is the fill.
+            src = [v - b for v, b in zip(i, lo)]
+            inside = [(src[a] >= 0) & (src[a] < t.shape[a]) for a in padded]
+            elem = x(*[_clamp_index(s, 0, d - 1) for s, d in zip(src, t.shape)])
+            if not inside:
+                return elem
+            return tirx.Select(tirx.all(*inside), elem, fill)
+
+        return te.compute(self.out_shape(), body, name="pad")
+
 
 class Gather(ShapeOp, name="graph.gather"):
     """ONNX Gather (embeddings):  %y = graph.gather(%table, %ids) {axis = 0} : tensor<8x16xf32>"""
@@ -360,6 +492,22 @@ class Gather(ShapeOp, name="graph.gather"):
             i = int(indices[bad].flat[0])
             raise self.error(f"index {i} is out of range for axis {axis} of size {d} (allowed {-d}..{d - 1})")
         return np.take(data, np.where(indices < 0, indices + d, indices).astype(np.int64), axis=axis)
+
+    def lower(self, data, indices):
+        from tvm import te, tirx
+
+        t, ti = self.operands[0].type, self.operands[1].type
+        axis = self.axis % t.rank
+        d = t.shape[axis]
+
+        def body(*i):
+            j = indices(*i[axis : axis + ti.rank])
+            j = tirx.Select(j < 0, j + tirx.const(d, ti.dtype.tvm), j)
+            # The interpreter rejects an index out of range; compiled code clamps it rather than read astray.
+            j = _clamp_index(j, 0, d - 1).astype(i[0].ty if i else "int32")
+            return data(*i[:axis], j, *i[axis + ti.rank :])
+
+        return te.compute(self.out_shape(), body, name="gather")
 
     def input_range(self, index: int) -> tuple[int, int] | None:
         """Random indices stay inside the gathered axis."""

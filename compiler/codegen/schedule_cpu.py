@@ -1,20 +1,92 @@
-"""CPU schedules, chosen per kernel by rules on its anchor op's kind.
+"""CPU schedules, chosen per kernel by rules on its anchor op's kind and the shape of its blocks.
 
+Each rule (compiler/codegen/cpu_rules/) recognises its kernel from the PrimFunc and schedules it, or
+declines; a rule that declines or raises leaves no trace, since it worked on a schedule of its own.
 The fallback here is safe for any PrimFunc: inline the intermediate injective stages, run the outer
 spatial loops in parallel over all cores, vectorize the innermost spatial loop.
 """
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
+import numpy as np
 from tvm import s_tir, tirx
+
+from compiler.codegen.cpu_rules import conv2d, matmul, reduction, rewrite
+from compiler.codegen.cpu_rules.common import Context
 
 VECTOR = 16  # f32 lanes of two AVX2 registers; LLVM splits wider vectors as needed
 
+# Kernels whose exp/erf/tanh become polynomials: a reduction's row pass (softmax) and an anchor's
+# epilogue (GELU) run them on every element. A lone exp op keeps libm's exactness near overflow.
+FAST_MATH_KINDS = ("reduction", "out-elementwise-fusable")
 
-def schedule(prim: tirx.PrimFunc, kind: str) -> tirx.PrimFunc:
+RULES = {
+    "out-elementwise-fusable": [("matmul", matmul.apply), ("conv2d", conv2d.apply), ("rows", reduction.apply)],
+    "reduction": [("rows", reduction.apply), ("columns", reduction.apply_columns)],
+}
+
+
+def schedule(
+    prim: tirx.PrimFunc, kind: str, constants: Collection[str] = (), unaligned: bool = False
+) -> tirx.PrimFunc:
+    """The first rule for `kind` that fits the kernel, else the generic schedule; the attribute
+    `gc.schedule` names the one used.
+
+    `constants` names the parameters whose values are known at build time (weights bound with
+    params=...). A rule may then read one of them in a packed layout straight from the parameter;
+    the result's attribute `gc.prepack` maps each such name to a layout tag, and the builder must
+    pass `prepack(value, tag)` for that parameter instead of the value itself (the parameter's
+    shape changes accordingly).
+
+    `unaligned` declares the parameters aligned to their element size only, so that the kernel
+    takes NumPy arrays as they come (malloc aligns to 16 bytes, TVM assumes 64); the attribute
+    `gc.unaligned` says it was done. It costs a TVMScript round trip (about 50 ms a kernel).
+    """
+    relaxed = False
+    try:
+        prim = rewrite.rewrite(prim, fast_math=kind in FAST_MATH_KINDS, unaligned=unaligned)
+        relaxed = unaligned
+    except Exception:  # noqa: BLE001 (a kernel TVMScript does not round-trip stays as it was)
+        pass
+    for name, rule in RULES.get(kind, []):
+        sch = s_tir.Schedule(prim)
+        ctx = Context(frozenset(constants))
+        try:
+            if rule(sch, ctx):
+                done = _done(sch, name, relaxed)
+                return done.with_attr("gc.prepack", ctx.prepack) if ctx.prepack else done
+        except Exception:  # noqa: BLE001 (a fast rule that does not fit must never fail the compile)
+            pass
     sch = s_tir.Schedule(prim)
-    _fallback(sch)
-    return sch.mod["main"].with_attr("tirx.is_scheduled", True)
+    try:
+        _fallback(sch)
+    except Exception:  # noqa: BLE001 (the loop nest as written still compiles, just slowly)
+        return _done(s_tir.Schedule(prim), "none", relaxed)
+    return _done(sch, "generic", relaxed)
+
+
+def _done(sch: s_tir.Schedule, rule: str, unaligned: bool) -> tirx.PrimFunc:
+    func = sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr("gc.schedule", rule)
+    return func.with_attr("gc.unaligned", True) if unaligned else func
+
+
+def prepack(value: np.ndarray, tag: str) -> np.ndarray:
+    """A constant in the layout a rule reads it in (see `schedule`'s `constants`)."""
+    kind, *args = tag.split(":")
+    if kind == "panels":  # B[.., K, N] (any dim order) -> [.., N/ni, K, ni]
+        ni, j_dim, k_dim = (int(a) for a in args)
+        rest = [d for d in range(value.ndim) if d not in (j_dim, k_dim)]
+        x = value.transpose(*rest, j_dim, k_dim)  # [.., N, K]
+        *lead, n, k = x.shape
+        return np.ascontiguousarray(x.reshape(*lead, n // ni, ni, k).swapaxes(-1, -2))
+    if kind == "conv":  # W[O, C, KH, KW] -> [O/ob, C/cb, KH, KW, cb, ob]
+        ob, cb = (int(a) for a in args)
+        o, c, kh, kw = value.shape
+        x = value.reshape(o // ob, ob, c // cb, cb, kh, kw)
+        return np.ascontiguousarray(x.transpose(0, 2, 4, 5, 3, 1))
+    raise ValueError(f"unknown packed layout {tag}")
 
 
 def _blocks(sch: s_tir.Schedule) -> list:

@@ -83,7 +83,8 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     for k in kernels:
         prim = lower_kernel(k)
         if target == "llvm":
-            prim = schedule_cpu.schedule(prim, k.kind).with_attr("global_symbol", k.name)
+            # unaligned: kernels take NumPy arrays as malloc aligns them (16 bytes), so calls copy nothing.
+            prim = schedule_cpu.schedule(prim, k.kind, unaligned=True).with_attr("global_symbol", k.name)
         else:
             from compiler.codegen import schedule_cuda
 
@@ -92,6 +93,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     scheduled = tvm.IRModule(funcs)
     lib = tvm.compile(scheduled, target=tgt) if funcs else None
     plan, consts = _plan(module, entry, kernels)
+    plan["unaligned_inputs"] = bool(funcs) and all(_attr(p, "gc.unaligned") for p in funcs.values())
     model = CompiledModel(lib, plan, consts, tgt)
     model.scheduled = scheduled
     return model
@@ -166,3 +168,8 @@ def _memory(buffers: list[dict], calls: list[dict], results: list[int]) -> dict:
         peak = max(peak, sum(nbytes(i) for i in temps if first.get(i, 0) <= t <= last.get(i, -1)))
     total = sum(nbytes(i) for i in temps)
     return {"arena_bytes": total, "naive_bytes": total, "lower_bound_bytes": peak}
+
+
+def _attr(prim, key: str) -> bool:
+    attrs = prim.attrs
+    return attrs is not None and key in attrs and bool(attrs[key])

@@ -55,6 +55,7 @@ class CompiledModel:
         self._staging = [tvm.runtime.empty(shape, DType.from_numpy(dt).tvm, self.device)
                          for shape, dt in self.arg_types] if not self.unavailable else []
         self._calls = [(lib[c["kernel"]], c["buffers"]) for c in plan["calls"]]
+        self._unaligned_ok = bool(plan.get("unaligned_inputs"))
         self._results = plan["results"]
 
     @property
@@ -71,7 +72,8 @@ class CompiledModel:
             if slot < 0:
                 continue
             # NumPy bf16 has no DLPack form; empty arrays have zero strides, which TVM rejects.
-            if on_gpu or x.ctypes.data % ALIGN or x.dtype == _BF16 or x.size == 0:
+            misaligned = x.ctypes.data % ALIGN and not self._unaligned_ok
+            if on_gpu or misaligned or x.dtype == _BF16 or x.size == 0:
                 staging.copyfrom(x)
                 bufs[slot] = staging
             else:

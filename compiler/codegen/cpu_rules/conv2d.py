@@ -1,0 +1,146 @@
+"""conv2d rule: direct convolution in a channel-blocked layout, NCHW at the kernel's edges (TVM notes §10).
+
+Inside the kernel the padded input is laid out [N, C/cb, H, W, cb], the weights [O/16, C/cb, KH, KW,
+cb, 16] and the accumulators [N, O/16, OH, OW, 16]; the register tile is 16 output channels (two
+vectors) x 4 output pixels, with the input channels, then the kernel window, then the channels of a
+block as the reduction. The epilogue (bias, residual add, ReLU) runs on the tile where it is written
+back to NCHW, four pixels a vector. 3x3 32->32 @32x32: 121 us against ORT's 125 us in the notes.
+Grouped and depthwise convolutions are not this rule's: their channel index is an expression.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tvm import s_tir, tirx
+from tvm.ir.expr import TensorLoad
+
+from compiler.codegen.cpu_rules.common import REDUCE, Context, blocks, lanes, static, try_vectorize
+
+
+@dataclass
+class Conv:
+    name: str
+    x_buf: object  # the (padded) input as the conv block reads it
+    w_buf: object
+    ext: list[int]  # n, o, oh, ow, c, kh, kw
+    dtype: str
+
+
+def match(sch: s_tir.Schedule) -> Conv | None:
+    reductions = [b for b in blocks(sch) if any(iv.iter_type == REDUCE for iv in sch.get(b).iter_vars)]
+    if len(reductions) != 1:
+        return None
+    blk = sch.get(reductions[0])
+    ivs = list(blk.iter_vars)
+    kinds = [iv.iter_type == REDUCE for iv in ivs]
+    ext = [static(iv.dom.extent) for iv in ivs]
+    if kinds != [False] * 4 + [True] * 3 or None in ext or blk.init is None:
+        return None
+    store = blk.body
+    if not isinstance(store, tirx.BufferStore) or not isinstance(store.value, tirx.Add):
+        return None
+    loads = _product(store.value.b) or _product(store.value.a)
+    if loads is None:
+        return None
+    v = [iv.var for iv in ivs]
+    x, w = loads if _is_weight(loads[1], v) else (loads[1], loads[0])
+    if not _is_weight(w, v) or len(x.indices) != 4 or not x.indices[0].same_as(v[0]) or not x.indices[1].same_as(v[4]):
+        return None
+    return Conv(blk.name_hint, x.source, w.source, ext, str(store.buffer.dtype))
+
+
+def _product(e):
+    while isinstance(e, tirx.Cast):
+        e = e.value
+    if not isinstance(e, tirx.Mul):
+        return None
+    a, b = e.a, e.b
+    while isinstance(a, tirx.Cast):
+        a = a.value
+    while isinstance(b, tirx.Cast):
+        b = b.value
+    return (a, b) if isinstance(a, TensorLoad) and isinstance(b, TensorLoad) else None
+
+
+def _is_weight(ld, v) -> bool:
+    """w[o, c, kh, kw], each index the block's own iterator."""
+    want = [v[1], v[4], v[5], v[6]]
+    return len(ld.indices) == 4 and all(i.same_as(x) for i, x in zip(ld.indices, want))
+
+
+def _divisor(n: int, choices: tuple[int, ...]) -> int:
+    return next((d for d in choices if n % d == 0), 1)
+
+
+def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
+    ctx = ctx or Context()
+    c = match(sch)
+    if c is None:
+        return False
+    n, o, oh, ow, ci, kh, kw = c.ext
+    vl = lanes(c.dtype)
+    ob = 2 * vl if o % (2 * vl) == 0 else vl if o % vl == 0 else 0
+    if ob == 0:
+        return False  # odd output channels: the generic schedule
+    cb = _divisor(ci, (16, 32, 8, 24, 12, 4, 6, 3, 2))
+    px = _divisor(ow, (4, 6, 5, 3, 2))
+    conv = sch.get_sblock(c.name)
+    order = blocks(sch)
+    names = [sch.get(b).name_hint for b in order]
+    at = names.index(c.name)
+    before, after = order[:at], order[at + 1 :]
+    for b in after[:-1]:
+        sch.compute_inline(b)
+    out = after[-1] if after else sch.cache_write(conv, 0, "global")
+
+    # Layouts: the input (the pad stage's buffer, or a copy of x), the weights, the accumulators.
+    pad = next((b for b in before if sch.get(b).writes[0].source.same_as(c.x_buf)), None)
+    if pad is None:
+        pad = sch.cache_read(conv, _read_index(sch, conv, c.x_buf), "global")
+    sch.transform_layout(pad, ("write", 0), lambda a, b, h, w: (a, b // cb, h, w, b % cb))
+    def blocked(a, b, h, w):
+        return (a // ob, b // cb, h, w, b % cb, a % ob)
+
+    w_name = next((str(prm.name) for prm in sch.mod["main"].params if prm.same_as(c.w_buf)), None)
+    if w_name in ctx.constants:  # weights fixed at build time: the builder stores them blocked
+        sch.transform_layout(conv, ("read", _read_index(sch, conv, c.w_buf)), blocked)
+        ctx.prepack[w_name] = f"conv:{ob}:{cb}"
+        wp = None
+    else:
+        wp = sch.cache_read(conv, _read_index(sch, conv, c.w_buf), "global")
+        sch.transform_layout(wp, ("write", 0), blocked)
+    sch.transform_layout(conv, ("write", 0), lambda a, b, h, w: (a, b // ob, h, w, b % ob))
+
+    i_n, i_o, i_h, i_w, r_c, r_h, r_w = sch.get_loops(conv)
+    oo, oi = sch.split(i_o, [None, ob])
+    wo, wi = sch.split(i_w, [None, px])
+    co, cc = sch.split(r_c, [None, cb])
+    sch.reorder(i_n, oo, i_h, wo, co, r_h, r_w, cc, wi, oi)
+    sch.reverse_compute_at(out, wo)
+    sch.parallel(sch.fuse(i_n, oo, i_h))
+    sch.vectorize(oi)
+    sch.unroll(wi)
+    sch.unroll(r_w)
+    init = sch.decompose_reduction(conv, co)
+    try_vectorize(sch, sch.get_loops(init)[-1], ob)
+    # NCHW write-back: the tile's pixels are contiguous along W, so the last loop vectorizes.
+    try_vectorize(sch, sch.get_loops(out)[-1], px)
+
+    _pack_loops(sch, pad, cb, vl)
+    if wp is not None:
+        sch.parallel(sch.get_loops(wp)[0])
+    return True
+
+
+def _read_index(sch: s_tir.Schedule, block, buf) -> int:
+    return next(i for i, r in enumerate(sch.get(block).reads) if r.source.same_as(buf))
+
+
+def _pack_loops(sch: s_tir.Schedule, b, cb: int, vl: int) -> None:
+    """The NCHW -> NCHW[cb]c copy: parallel over (n, channel block, row), channels of a block innermost."""
+    i_n, i_c, i_h, i_w = sch.get_loops(b)
+    co, cc = sch.split(i_c, [None, cb])
+    sch.reorder(i_n, co, i_h, i_w, cc)
+    sch.parallel(sch.fuse(i_n, co, i_h))
+    try_vectorize(sch, cc, vl)

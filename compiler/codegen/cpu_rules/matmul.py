@@ -1,0 +1,323 @@
+"""Matmul rule: any block computing C[b.., i, j] += A[..] * B[..] (batched, transposed, with casts).
+
+The schedule is the one measured in the TVM notes (§4): a 4 x 16 register tile (4 rows, two vector
+registers of columns), k split in chunks, B packed into [N/16, K, 16] panels so that the inner loop
+reads it contiguously, accumulators written back under the tile where the epilogue (bias, ReLU, GELU)
+runs on them while they are hot. Sizes that do not divide are padded (pad_einsum) rather than
+predicated: a predicate inside the inner loop costs 3x.
+
+Two loop orders: with many rows (M >= 256) B is packed once at the root and reused by every row tile
+(k innermost, "kin"); with few rows (the MLP's batch of 64) packing all of B costs as much as the
+product, so each [KT, NT] block of B is packed where it is used and k runs outside the row tiles
+("kout"). A single row (M = 1) reads B as it lies, a strip of 4 panels at a time (a GEMV); with B
+stored [N, K] it is N dot products, which the row-reduction rule schedules.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from tvm import s_tir, tirx
+from tvm.ir.expr import TensorLoad
+
+from compiler.codegen.cpu_rules.common import (
+    REDUCE,
+    SPATIAL,
+    Context,
+    blocks,
+    inline_spatial,
+    lanes,
+    static,
+    try_vectorize,
+)
+from compiler.codegen.target import num_cores
+
+MI = 4  # register tile rows: 4 x 2 vector accumulators leave registers for B and the broadcast of A
+LARGE_M = 256  # from here on, packing all of B once is cheap next to the product
+KOUT_NT, KOUT_KT = 4, 128
+
+
+@dataclass
+class Einsum:
+    """The roles of a matmul block's iterators (positions in its iter_vars) and its B operand."""
+
+    name: str
+    batch: list[int]
+    i: int | None
+    j: int
+    k: int
+    ext: list[int]
+    b_buf: object  # the buffer read as B (its columns are j)
+    b_dims: list[int | None]  # for each dim of B, the iterator it is indexed by (None: a constant)
+    dtype: str
+
+
+def match(sch: s_tir.Schedule) -> Einsum | None:
+    """The single reduction block if it is C = sum(A * B) with plain iterator indices, else None."""
+    reductions = [b for b in blocks(sch) if any(iv.iter_type != SPATIAL for iv in sch.get(b).iter_vars)]
+    if len(reductions) != 1:
+        return None
+    blk = sch.get(reductions[0])
+    ivs = list(blk.iter_vars)
+    ext = [static(iv.dom.extent) for iv in ivs]
+    red = [n for n, iv in enumerate(ivs) if iv.iter_type == REDUCE]
+    if None in ext or len(red) != 1 or len(red) + sum(iv.iter_type == SPATIAL for iv in ivs) != len(ivs):
+        return None
+    store = blk.body
+    if not isinstance(store, tirx.BufferStore) or blk.init is None:
+        return None
+    loads = _product_loads(store)
+    out = _positions(store.indices, ivs)
+    if loads is None or out is None or None in out or len(out) + 1 != len(ivs):
+        return None
+    (x, xi), (y, yi) = [(ld, _positions(ld.indices, ivs)) for ld in loads]
+    if xi is None or yi is None:
+        return None
+    k = red[0]
+    if k not in xi or k not in yi or not out:
+        return None
+    j = out[-1]
+    if j in xi and j not in yi:
+        (x, xi), (y, yi) = (y, yi), (x, xi)
+    if j in xi or j not in yi:
+        return None
+    i = out[-2] if len(out) >= 2 and out[-2] in xi and out[-2] not in yi else None
+    batch = [p for p in out if p not in (i, j)]
+    return Einsum(blk.name_hint, batch, i, j, k, ext, y.source, yi, str(store.buffer.dtype))
+
+
+def _strip(e):
+    while isinstance(e, tirx.Cast):
+        e = e.value
+    return e
+
+
+def _product_loads(store) -> tuple | None:
+    """(A, B) loads of `C[..] = C[..] + A[..] * B[..]`, looking through casts."""
+    v = store.value
+    if not isinstance(v, tirx.Add):
+        return None
+    for acc, prod in ((v.a, v.b), (v.b, v.a)):
+        if isinstance(acc, TensorLoad) and acc.source.same_as(store.buffer):
+            prod = _strip(prod)
+            if isinstance(prod, tirx.Mul):
+                a, b = _strip(prod.a), _strip(prod.b)
+                if isinstance(a, TensorLoad) and isinstance(b, TensorLoad):
+                    return a, b
+    return None
+
+
+def _positions(indices, ivs) -> list[int | None] | None:
+    """Each index as the position of the iterator it is, None for a constant; None if any is an expression."""
+    out: list[int | None] = []
+    for e in indices:
+        if isinstance(e, tirx.IntImm):
+            out.append(None)
+            continue
+        n = next((n for n, iv in enumerate(ivs) if iv.var.same_as(e)), -1)
+        if n < 0:
+            return None
+        out.append(n)
+    return out
+
+
+@dataclass
+class Plan:
+    """Padded extents and tile sizes: M -> [Mp/MT, MT/mi, mi], N -> [Np/NT, NT/ni, ni], K -> [Kp/KT, KT]."""
+
+    mp: int
+    mt: int
+    mi: int
+    np_: int
+    nt: int
+    ni: int
+    kp: int
+    kt: int
+    order: str  # "kin", "kout" or "gemv"
+    pack: bool
+
+
+def plan(e: Einsum) -> Plan:
+    m = e.ext[e.i] if e.i is not None else 1
+    n, k = e.ext[e.j], e.ext[e.k]
+    vl = lanes(e.dtype)
+    ni = 2 * vl
+    if m == 1:
+        nt_want, order = 4 * ni, "gemv"
+    elif m >= LARGE_M:
+        nt_want, order = 8 * ni, "kin"
+    else:
+        nt_want, order = KOUT_NT * ni, "kout"
+    pack = order != "gemv" and n > ni and _b_is_packable(e)
+    if n <= ni:  # one panel, padded to whole vectors: B rows are already contiguous
+        ni = -(-n // vl) * vl
+        nt_want, pack = ni, False
+        order = "kin" if order == "kout" else order
+    mi = 1 if m == 1 else min(MI, m)
+    mt_want = 64 if order == "kout" else 32
+    batch = math.prod(e.ext[p] for p in e.batch)
+    np_, nt = _split(n, ni, nt_want)
+    mp, mt = _split(m, mi, mt_want)
+    # Enough tasks for every core: narrower tiles for small products (two per core balance better).
+    while batch * (mp // mt) * (np_ // nt) < 2 * num_cores() and (nt > ni or mt > mi):
+        if nt > ni:
+            np_, nt = _split(n, ni, max(ni, nt // 2))
+        else:
+            mp, mt = _split(m, mi, max(mi, mt // 2))
+    kp, kt = _k_chunk(k, KOUT_KT if order == "kout" else 256)
+    return Plan(mp, mt, mi, np_, nt, ni, kp, kt, order, pack)
+
+
+def _b_is_packable(e: Einsum) -> bool:
+    return e.j in e.b_dims and e.k in e.b_dims
+
+
+def _split(n: int, inner: int, want: int) -> tuple[int, int]:
+    """(padded n, tile): tile a multiple of `inner` near `want`, padded n a multiple of the tile, little waste."""
+    tiles = -(-n // inner)
+    chunks = -(-tiles // max(1, want // inner))
+    per = -(-tiles // chunks)
+    return inner * per * chunks, inner * per
+
+
+def _k_chunk(k: int, want: int) -> tuple[int, int]:
+    """(padded K, chunk): a divisor of K near `want` when there is one, else K padded a little."""
+    if k <= 2 * want:
+        return k, k
+    divisors = [d for d in range(want // 2, 2 * want + 1) if k % d == 0]
+    if divisors:
+        return k, min(divisors, key=lambda d: abs(d - want))
+    return _split(k, 1, want)
+
+
+def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
+    ctx = ctx or Context()
+    e = match(sch)
+    if e is None:
+        return False
+    names = [sch.get(b).name_hint for b in blocks(sch)]
+    inline_spatial(sch, [b for b in blocks(sch)[: names.index(e.name)]])
+    e = match(sch)  # the reads changed with the inlined producers
+    if e is None:
+        return False
+    if (e.i is None or e.ext[e.i] == 1) and e.b_dims[-1] == e.k:
+        return False  # one row against B stored [N, K]: N dot products, the row-reduction rule's
+    p = plan(e)
+    _pad(sch, e, p)
+    e = match(sch)
+    assert e is not None
+    prepacked = p.pack and _prepack(sch, e, p, ctx)
+    _tile(sch, e, p, prepacked)
+    return True
+
+
+def _param_name(sch: s_tir.Schedule, buf) -> str | None:
+    func = sch.mod["main"]
+    return next((str(prm.name) for prm in func.params if prm.same_as(buf)), None)
+
+
+def _prepack(sch: s_tir.Schedule, e: Einsum, p: Plan, ctx: Context) -> bool:
+    """A constant B that needs no padding is read in panel layout straight from its parameter; the
+    builder stores it packed once (tag "panels:<ni>:<j dim>:<k dim>") instead of every call packing it."""
+    name = _param_name(sch, e.b_buf)
+    if name is None or name not in ctx.constants or p.np_ != e.ext[e.j] or p.kp != e.ext[e.k]:
+        return False
+    c = sch.get_sblock(e.name)
+    sch.transform_layout(c, ("read", _read_index(sch, c, e.b_buf)), _panels(e, p.ni))
+    ctx.prepack[name] = f"panels:{p.ni}:{e.b_dims.index(e.j)}:{e.b_dims.index(e.k)}"
+    return True
+
+
+def _panels(e: Einsum, ni: int):
+    """B's index map into [.., N/ni, K, ni] panels (its other dims, batch, first)."""
+    j_dim, k_dim = e.b_dims.index(e.j), e.b_dims.index(e.k)
+
+    def panels(*idx):
+        rest = [x for d, x in enumerate(idx) if d not in (j_dim, k_dim)]
+        return (*rest, idx[j_dim] // ni, idx[k_dim], idx[j_dim] % ni)
+
+    return panels
+
+
+def _pad(sch: s_tir.Schedule, e: Einsum, p: Plan) -> None:
+    want = {e.j: p.np_, e.k: p.kp}
+    if e.i is not None:
+        want[e.i] = p.mp
+    factors = [want.get(n, 1) if want.get(n, 1) != x else 1 for n, x in enumerate(e.ext)]
+    if any(f > 1 for f in factors):
+        sch.pad_einsum(sch.get_sblock(e.name), factors)
+
+
+def _tile(sch: s_tir.Schedule, e: Einsum, p: Plan, prepacked: bool = False) -> None:
+    c = sch.get_sblock(e.name)
+    order = list(blocks(sch))
+    at = [sch.get(b).name_hint for b in order].index(e.name)
+    before, after = order[:at], order[at + 1 :]
+    for b in after[:-1]:
+        sch.compute_inline(b)
+    out = after[-1] if after else sch.cache_write(c, 0, "global")
+
+    loops = sch.get_loops(c)
+    i = loops[e.i] if e.i is not None else sch.add_unit_loop(c)
+    j, k = loops[e.j], loops[e.k]
+    bl = [loops[n] for n in e.batch]
+    sch.reorder(*bl, i, j, k)
+    i0, i1, i2 = sch.split(i, [None, p.mt // p.mi, p.mi])
+    j0, j1, j2 = sch.split(j, [None, p.nt // p.ni, p.ni])
+    k0, k1 = sch.split(k, [None, p.kt])
+    mid = {"kin": [i1, j1, k0, k1], "kout": [k0, i1, j1, k1], "gemv": [k0, i1, k1, j1]}[p.order]
+    sch.reorder(*bl, i0, j0, *mid, i2, j2)
+
+    vl = lanes(e.dtype)
+    if p.pack and not prepacked:
+        _pack(sch, c, e, p, k0 if p.order == "kout" else None, before, vl)
+    sch.reverse_compute_at(out, j1 if p.order == "kin" else j0)
+    sch.parallel(sch.fuse(*bl, i0, j0))
+    sch.unroll(i2)
+    if p.order == "gemv":
+        sch.unroll(j1)
+    sch.vectorize(j2)
+    init = sch.decompose_reduction(c, k0)
+    try_vectorize(sch, sch.get_loops(init)[-1], p.ni)
+    try_vectorize(sch, sch.get_loops(out)[-1], p.ni)
+    for b in before:  # the pads of A (and of B when it was not packed) stay loop nests of their own
+        _parallel_copy(sch, b, vl)
+
+
+def _pack(sch: s_tir.Schedule, c, e: Einsum, p: Plan, at, before: list, vl: int) -> None:
+    """B -> [.., N/ni, K, ni] panels: packed once at the root, or per [KT, NT] block under `at`."""
+    n = _read_index(sch, c, e.b_buf)
+    bp = sch.cache_read(c, n, "global")
+    dims = e.b_dims
+    j_dim = dims.index(e.j)
+    sch.transform_layout(c, ("read", _read_index(sch, c, sch.get(bp).writes[0].source)), _panels(e, p.ni))
+    for b in before:  # B's zero padding goes into the pack
+        if sch.get(b).writes[0].source.same_as(e.b_buf):
+            sch.compute_inline(b)
+            before.remove(b)
+            break
+    if at is not None:
+        sch.compute_at(bp, at)
+        loops = sch.get_loops(bp)
+        at_sref = sch.get_sref(at)
+        depth = next(n for n, lp in enumerate(sch.get_loops(c)) if sch.get_sref(lp).same_as(at_sref)) + 1
+        inner = loops[depth:]
+    else:
+        inner = sch.get_loops(bp)
+        sch.parallel(inner[0])
+    # The packed block's loops follow B's dims; the j dim carries the contiguous panel rows.
+    try_vectorize(sch, inner[-1] if j_dim == len(dims) - 1 else inner[j_dim], vl)
+
+
+def _read_index(sch: s_tir.Schedule, block, buf) -> int:
+    return next(n for n, r in enumerate(sch.get(block).reads) if r.source.same_as(buf))
+
+
+def _parallel_copy(sch: s_tir.Schedule, b, vl: int) -> None:
+    loops = sch.get_loops(b)
+    if not loops:
+        return
+    if len(loops) > 1:
+        sch.parallel(sch.fuse(*loops[:-1]))
+    try_vectorize(sch, loops[-1], vl)

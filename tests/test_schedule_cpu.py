@@ -1,0 +1,459 @@
+"""The CPU schedule rules keep results equal to NumPy on odd shapes, and pick the rule they should.
+
+Kernels are written in TE here (as the op lowerings write them), scheduled by schedule_cpu.schedule,
+compiled for the host and compared with an independent NumPy computation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+tvm = pytest.importorskip("tvm")
+
+from tvm import te, topi  # noqa: E402
+
+from compiler.codegen import schedule_cpu  # noqa: E402
+from compiler.codegen.cpu_rules import matmul, rewrite  # noqa: E402
+from compiler.codegen.target import llvm_target  # noqa: E402
+
+ANCHOR = "out-elementwise-fusable"
+RNG = np.random.default_rng(0)
+
+
+def aligned(x: np.ndarray) -> np.ndarray:
+    """A 64-byte aligned copy: TVM kernels assume aligned buffers (the runtime stages others)."""
+    raw = np.empty(x.nbytes + 64, np.uint8)
+    off = -raw.ctypes.data % 64
+    y = raw[off : off + x.nbytes].view(x.dtype).reshape(x.shape)
+    y[...] = x
+    return y
+
+
+def run(tensors: list, kind: str, *arrays: np.ndarray, constants: tuple = ()) -> tuple[np.ndarray, str]:
+    """Schedule and compile the TE kernel `tensors` (inputs then one output), run it on `arrays`;
+    the inputs named in `constants` are passed prepacked as the schedule asks."""
+    prim = te.create_prim_func(tensors)
+    scheduled = schedule_cpu.schedule(prim, kind, constants)
+    fn = tvm.compile(scheduled, target=llvm_target())["main"]
+    packed = dict(scheduled.attrs.get("gc.prepack", {}))
+    names = [str(t.op.name) for t in tensors[:-1]]
+    arrays = tuple(schedule_cpu.prepack(a, str(packed[n])) if n in packed else a for n, a in zip(names, arrays))
+    for prm, a in zip(scheduled.params, arrays):
+        assert tuple(int(d) for d in prm.shape) == a.shape
+    out_t = tensors[-1]
+    out = aligned(np.zeros([int(d) for d in out_t.shape], str(out_t.dtype)))
+    fn(*[aligned(a) for a in arrays], out)
+    return out, str(scheduled.attrs["gc.schedule"])
+
+
+def rand(shape, dtype="float32") -> np.ndarray:
+    if dtype.startswith("int"):
+        return RNG.integers(-5, 6, shape).astype(dtype)
+    return RNG.standard_normal(shape).astype(dtype)
+
+
+# --- matmul ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "m,k,n",
+    [(1, 1, 1), (1, 7, 1), (1, 128, 10), (1, 300, 1000), (3, 5, 7), (13, 17, 19), (64, 1024, 10),
+     (4, 1031, 33), (64, 784, 1024), (257, 31, 45), (300, 600, 40)],
+)
+def test_matmul_matches_numpy_on_odd_shapes(m: int, k: int, n: int) -> None:
+    a, b = te.placeholder((m, k), name="a"), te.placeholder((k, n), name="b")
+    x, y = rand((m, k)), rand((k, n))
+    got, rule = run([a, b, topi.matmul(a, b)], ANCHOR, x, y)
+    assert rule == "matmul"
+    np.testing.assert_allclose(got, x @ y, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("m,k,n", [(64, 96, 48), (5, 9, 21), (1, 64, 30)])
+def test_matmul_bias_relu_epilogue_fuses_under_the_tile(m: int, k: int, n: int) -> None:
+    a, b, c = te.placeholder((m, k), name="a"), te.placeholder((k, n), name="b"), te.placeholder((n,), name="c")
+    out = topi.nn.relu(topi.add(topi.matmul(a, b), c))
+    x, y, z = rand((m, k)), rand((k, n)), rand((n,))
+    got, rule = run([a, b, c, out], ANCHOR, x, y, z)
+    assert rule == "matmul"
+    np.testing.assert_allclose(got, np.maximum(x @ y + z, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_with_gelu_epilogue_keeps_values() -> None:
+    a, b = te.placeholder((8, 40), name="a"), te.placeholder((40, 24), name="b")
+    h = topi.matmul(a, b)
+    out = te.compute(h.shape, lambda i, j: h[i, j] * 0.5 * (1 + te.erf(h[i, j] * 0.70710678)), name="gelu")
+    x, y = rand((8, 40)), rand((40, 24))
+    got, rule = run([a, b, out], ANCHOR, x, y)
+    from math import erf
+
+    want = np.vectorize(lambda v: v * 0.5 * (1 + erf(v / np.sqrt(2))))(x.astype(np.float64) @ y)
+    assert rule == "matmul"
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("batch_a,batch_b", [((2,), (2,)), ((3,), ()), ((), (4,)), ((2, 3), (3,))])
+def test_batched_matmul_broadcasts_batch_dims(batch_a: tuple, batch_b: tuple) -> None:
+    m, k, n = 5, 12, 20
+    a = te.placeholder((*batch_a, m, k), name="a")
+    b = te.placeholder((*batch_b, k, n), name="b")
+    batch = np.broadcast_shapes(batch_a, batch_b)
+    r = te.reduce_axis((0, k), name="r")
+
+    def at(t, idx, shape):
+        lead = idx[len(idx) - len(shape) :] if shape else ()
+        return [x if s != 1 else 0 for x, s in zip(lead, shape)]
+
+    def body(*i):
+        bi, (row, col) = i[:-2], i[-2:]
+        return te.sum(a[(*at(a, bi, batch_a), row, r)] * b[(*at(b, bi, batch_b), r, col)], axis=r)
+
+    out = te.compute((*batch, m, n), body, name="bmm")
+    x, y = rand((*batch_a, m, k)), rand((*batch_b, k, n))
+    got, rule = run([a, b, out], ANCHOR, x, y)
+    assert rule == "matmul"
+    np.testing.assert_allclose(got, np.matmul(x, y), rtol=1e-4, atol=1e-4)
+
+
+def test_one_row_against_transposed_weights_is_dot_products() -> None:
+    a, w, c = te.placeholder((1, 96), name="a"), te.placeholder((40, 96), name="w"), te.placeholder((40,), name="c")
+    x, y, z = rand((1, 96)), rand((40, 96)), rand((40,))
+    got, rule = run([a, w, c, topi.nn.relu(topi.add(topi.nn.dense(a, w), c))], ANCHOR, x, y, z)
+    assert rule == "rows"
+    np.testing.assert_allclose(got, np.maximum(x @ y.T + z, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_dense_with_transposed_weights_packs_them() -> None:
+    a, w = te.placeholder((6, 50), name="a"), te.placeholder((70, 50), name="w")
+    x, y = rand((6, 50)), rand((70, 50))
+    got, rule = run([a, w, topi.nn.dense(a, w)], ANCHOR, x, y)
+    assert rule == "matmul"
+    np.testing.assert_allclose(got, x @ y.T, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_over_a_vector_is_a_gemv() -> None:
+    v, b = te.placeholder((33,), name="v"), te.placeholder((33, 70), name="b")
+    r = te.reduce_axis((0, 33), name="r")
+    out = te.compute((70,), lambda j: te.sum(v[r] * b[r, j], axis=r), name="vm")
+    x, y = rand((33,)), rand((33, 70))
+    got, rule = run([v, b, out], ANCHOR, x, y)
+    assert rule == "matmul"
+    np.testing.assert_allclose(got, x @ y, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "int32"])
+def test_matmul_in_other_dtypes(dtype: str) -> None:
+    a, b = te.placeholder((9, 23), dtype, name="a"), te.placeholder((23, 37), dtype, name="b")
+    x, y = rand((9, 23), dtype), rand((23, 37), dtype)
+    got, rule = run([a, b, topi.matmul(a, b)], ANCHOR, x, y)
+    assert rule == "matmul"
+    np.testing.assert_allclose(got, x @ y, rtol=1e-9 if dtype == "float64" else 0)
+
+
+def test_int8_matmul_accumulating_in_int32_matches() -> None:
+    a, b = te.placeholder((7, 40), "int8", name="a"), te.placeholder((40, 18), "int8", name="b")
+    r = te.reduce_axis((0, 40), name="r")
+    out = te.compute((7, 18), lambda i, j: te.sum(a[i, r].astype("int32") * b[r, j].astype("int32"), axis=r))
+    x, y = rand((7, 40), "int8"), rand((40, 18), "int8")
+    got, rule = run([a, b, out], ANCHOR, x, y)
+    assert rule == "matmul"
+    np.testing.assert_array_equal(got, x.astype(np.int32) @ y.astype(np.int32))
+
+
+@pytest.mark.parametrize("m,k,n", [(64, 96, 48), (300, 64, 32), (5, 33, 20)])
+def test_constant_weights_are_read_prepacked(m: int, k: int, n: int) -> None:
+    a, w, c = te.placeholder((m, k), name="a"), te.placeholder((k, n), name="w"), te.placeholder((n,), name="c")
+    out = topi.nn.relu(topi.add(topi.matmul(a, w), c))
+    x, y, z = rand((m, k)), rand((k, n)), rand((n,))
+    prim = schedule_cpu.schedule(te.create_prim_func([a, w, c, out]), ANCHOR, {"w"})
+    assert ("w" in prim.attrs.get("gc.prepack", {})) == (n % 16 == 0)
+    got, rule = run([a, w, c, out], ANCHOR, x, y, z, constants=("w",))
+    assert rule == "matmul"
+    np.testing.assert_allclose(got, np.maximum(x @ y + z, 0), rtol=1e-4, atol=1e-4)
+
+
+def test_constant_transposed_weights_are_read_prepacked() -> None:
+    a, w = te.placeholder((10, 40), name="a"), te.placeholder((32, 40), name="w")
+    x, y = rand((10, 40)), rand((32, 40))
+    prim = schedule_cpu.schedule(te.create_prim_func([a, w, topi.nn.dense(a, w)]), ANCHOR, {"w"})
+    assert "w" in prim.attrs["gc.prepack"]
+    got, _ = run([a, w, topi.nn.dense(a, w)], ANCHOR, x, y, constants=("w",))
+    np.testing.assert_allclose(got, x @ y.T, rtol=1e-4, atol=1e-4)
+
+
+def test_matmul_plan_pads_instead_of_predicating() -> None:
+    a, b = te.placeholder((63, 1031), name="a"), te.placeholder((1031, 10), name="b")
+    from tvm import s_tir
+
+    e = matmul.match(s_tir.Schedule(te.create_prim_func([a, b, topi.matmul(a, b)])))
+    p = matmul.plan(e)
+    assert p.mp % p.mt == 0 and p.mt % p.mi == 0 and p.mp >= 63
+    assert p.np_ % p.nt == 0 and p.nt % p.ni == 0 and p.np_ >= 10
+    assert p.kp % p.kt == 0 and p.kp >= 1031
+
+
+# --- conv2d ------------------------------------------------------------------------------------------
+
+
+def conv_te(n, c, h, w, o, kh, kw, stride, pad, bias: bool):
+    """conv2d as graph.conv2d lowers it: a pad stage, the reduction, a bias epilogue."""
+    x = te.placeholder((n, c, h, w), name="x")
+    wt = te.placeholder((o, c, kh, kw), name="w")
+    xp = topi.nn.pad(x, (0, 0, pad, pad), (0, 0, pad, pad), name="pad") if pad else x
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (w + 2 * pad - kw) // stride + 1
+    rc, ry, rx = te.reduce_axis((0, c), "rc"), te.reduce_axis((0, kh), "ry"), te.reduce_axis((0, kw), "rx")
+    y = te.compute(
+        (n, o, oh, ow),
+        lambda i, f, yy, xx: te.sum(
+            xp[i, rc, yy * stride + ry, xx * stride + rx] * wt[f, rc, ry, rx], axis=[rc, ry, rx]
+        ),
+        name="conv2d",
+    )
+    ins = [x, wt]
+    if bias:
+        b = te.placeholder((o,), name="b")
+        y = topi.nn.relu(te.compute(y.shape, lambda i, f, yy, xx: y[i, f, yy, xx] + b[f], name="conv2d_out"))
+        ins.append(b)
+    return ins, y
+
+
+def conv_loops(x, w, stride, pad) -> np.ndarray:
+    """The definition, one output pixel at a time (float64)."""
+    n, c, h, wd = x.shape
+    o, _, kh, kw = w.shape
+    xp = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    oh, ow = (h + 2 * pad - kh) // stride + 1, (wd + 2 * pad - kw) // stride + 1
+    y = np.zeros((n, o, oh, ow))
+    for i in range(oh):
+        for j in range(ow):
+            patch = xp[:, :, i * stride : i * stride + kh, j * stride : j * stride + kw]
+            y[:, :, i, j] = np.einsum("nchw,ochw->no", patch, w)
+    return y
+
+
+@pytest.mark.parametrize(
+    "n,c,h,w,o,k,stride,pad,bias,rule",
+    [
+        (1, 32, 8, 8, 32, 3, 1, 1, True, "conv2d"),
+        (2, 3, 9, 7, 16, 3, 2, 1, False, "conv2d"),
+        (1, 16, 6, 10, 8, 1, 1, 0, True, "conv2d"),
+        (1, 5, 7, 7, 24, 5, 1, 2, False, "conv2d"),
+        (1, 4, 5, 5, 6, 3, 1, 0, False, "rows"),  # 6 output channels: no vector block; dot products
+    ],
+)
+def test_conv2d_matches_loops(n, c, h, w, o, k, stride, pad, bias, rule) -> None:
+    ins, out = conv_te(n, c, h, w, o, k, k, stride, pad, bias)
+    x, wt = rand((n, c, h, w)), rand((o, c, k, k))
+    arrays = [x, wt] + ([rand((o,))] if bias else [])
+    got, used = run([*ins, out], ANCHOR, *arrays)
+    want = conv_loops(x, wt, stride, pad)
+    if bias:
+        want = np.maximum(want + arrays[2][None, :, None, None], 0)
+    assert used == rule
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_constant_weights_are_read_prepacked() -> None:
+    ins, out = conv_te(1, 8, 6, 6, 16, 3, 3, 1, 1, True)
+    x, wt, b = rand((1, 8, 6, 6)), rand((16, 8, 3, 3)), rand((16,))
+    prim = schedule_cpu.schedule(te.create_prim_func([*ins, out]), ANCHOR, {"w"})
+    assert "w" in prim.attrs["gc.prepack"]
+    got, rule = run([*ins, out], ANCHOR, x, wt, b, constants=("w",))
+    assert rule == "conv2d"
+    want = np.maximum(conv_loops(x, wt, 1, 1) + b[None, :, None, None], 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+# --- row reductions ----------------------------------------------------------------------------------
+
+
+def max_inf(expr, axis):
+    """max with identity -inf, as the lowerings write it (TE's te.max starts from the lowest finite)."""
+    reducer = te.comm_reducer(lambda a, b: te.max(a, b), lambda t: tvm.tirx.const(float("-inf"), t), name="max")
+    return reducer(expr, axis=axis)
+
+
+def softmax_te(rows: int, cols: int):
+    """softmax as graph.softmax lowers it: max (identity -inf), shift, sum of exp, exp / sum."""
+    x = te.placeholder((rows, cols), name="x")
+    k1, k2 = te.reduce_axis((0, cols), "k1"), te.reduce_axis((0, cols), "k2")
+    top = te.compute((rows,), lambda i: max_inf(x[i, k1], axis=k1), name="max")
+    z = te.compute((rows, cols), lambda i, j: x[i, j] - top[i], name="shifted")
+    s = te.compute((rows,), lambda i: te.sum(te.exp(z[i, k2]), axis=k2), name="sum")
+    return x, te.compute((rows, cols), lambda i, j: te.exp(z[i, j]) / s[i], name="softmax")
+
+
+@pytest.mark.parametrize("rows,cols", [(1, 1), (1, 9), (7, 13), (512, 128), (3, 1000), (16, 24)])
+def test_softmax_rows_match_numpy(rows: int, cols: int) -> None:
+    x, out = softmax_te(rows, cols)
+    v = rand((rows, cols)) * 5
+    got, rule = run([x, out], "reduction", v)
+    e = np.exp(v.astype(np.float64) - v.max(axis=1, keepdims=True))
+    assert rule == "rows"
+    np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-6)
+
+
+def test_softmax_keeps_infinities_and_nan_rows() -> None:
+    x, out = softmax_te(3, 16)
+    v = rand((3, 16))
+    v[0, 3] = -np.inf
+    v[1, :] = -np.inf
+    v[2, 5] = np.inf
+    got, _ = run([x, out], "reduction", v)
+    with np.errstate(invalid="ignore"):
+        e = np.exp(v.astype(np.float64) - v.max(axis=1, keepdims=True))
+        want = e / e.sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("rows,cols", [(128, 256), (1, 1), (5, 3), (9, 40)])
+def test_layer_norm_two_pass_matches_numpy(rows: int, cols: int) -> None:
+    x = te.placeholder((rows, cols), name="x")
+    g, b = te.placeholder((cols,), name="g"), te.placeholder((cols,), name="b")
+    k1, k2 = te.reduce_axis((0, cols), "k1"), te.reduce_axis((0, cols), "k2")
+    total = te.compute((rows,), lambda i: te.sum(x[i, k1], axis=k1), name="sum")
+    def sq(i):
+        d = x[i, k2] - total[i] / cols
+        return te.sum(d * d, axis=k2)
+
+    dev = te.compute((rows,), sq, name="devs")
+    out = te.compute(
+        (rows, cols),
+        lambda i, j: (x[i, j] - total[i] / cols) / te.sqrt(dev[i] / cols + 1e-5) * g[j] + b[j],
+        name="layer_norm",
+    )
+    v, gv, bv = rand((rows, cols)) + 3, rand((cols,)), rand((cols,))
+    got, rule = run([x, g, b, out], "reduction", v, gv, bv)
+    v64 = v.astype(np.float64)
+    want = (v64 - v64.mean(1, keepdims=True)) / np.sqrt(v64.var(1, keepdims=True) + 1e-5) * gv + bv
+    assert rule == "rows"
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("shape", [(6, 4, 40), (1, 64), (3, 5)])
+def test_reduce_sum_and_max_over_trailing_axes(shape: tuple) -> None:
+    x = te.placeholder(shape, name="x")
+    for reduce_te, reduce_np in ((topi.sum, np.sum), (topi.max, np.max)):
+        out = reduce_te(x, axis=len(shape) - 1)
+        v = rand(shape)
+        got, rule = run([x, out], "reduction", v)
+        assert rule == "rows"
+        np.testing.assert_allclose(got, reduce_np(v, axis=-1), rtol=1e-4, atol=1e-4)
+
+
+def test_max_of_an_all_minus_inf_row_stays_minus_inf() -> None:
+    x = te.placeholder((2, 32), name="x")
+    k = te.reduce_axis((0, 32), "k")
+    out = te.compute((2,), lambda i: max_inf(x[i, k], axis=k))
+    v = rand((2, 32))
+    v[1] = -np.inf
+    got, _ = run([x, out], "reduction", v)
+    np.testing.assert_array_equal(got, v.max(axis=1))
+
+
+@pytest.mark.parametrize("shape,axis", [((37, 20), 0), ((64, 1024), 0), ((5, 6, 32), (0, 1)), ((9, 3), 0)])
+def test_column_reduction_vectorizes_the_output_dim(shape: tuple, axis) -> None:
+    x = te.placeholder(shape, name="x")
+    v = rand(shape)
+    got, rule = run([x, topi.sum(x, axis=axis)], "reduction", v)
+    assert rule == ("columns" if shape[-1] % 4 == 0 else "generic")
+    np.testing.assert_allclose(got, v.sum(axis=axis), rtol=1e-4, atol=1e-4)
+
+
+def test_column_mean_keeps_its_epilogue() -> None:
+    x = te.placeholder((12, 48), name="x")
+    out = topi.divide(topi.sum(x, axis=0), 12.0)
+    v = rand((12, 48))
+    got, rule = run([x, out], "reduction", v)
+    assert rule == "columns"
+    np.testing.assert_allclose(got, v.mean(axis=0), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 7, 64, 1000, 65536])
+def test_whole_tensor_sum(n: int) -> None:
+    x = te.placeholder((n,), name="x")
+    v = rand((n,))
+    got, _ = run([x, topi.sum(x)], "reduction", v)
+    np.testing.assert_allclose(got, v.astype(np.float64).sum(), rtol=1e-4, atol=1e-3)
+
+
+# --- rule machinery ----------------------------------------------------------------------------------
+
+
+def test_a_rule_that_raises_falls_back_to_the_generic_schedule(monkeypatch) -> None:
+    def broken(sch, ctx):
+        raise RuntimeError("no fit")
+
+    monkeypatch.setitem(schedule_cpu.RULES, ANCHOR, [("broken", broken)])
+    a, b = te.placeholder((5, 6), name="a"), te.placeholder((6, 7), name="b")
+    x, y = rand((5, 6)), rand((6, 7))
+    got, rule = run([a, b, topi.matmul(a, b)], ANCHOR, x, y)
+    assert rule == "generic"
+    np.testing.assert_allclose(got, x @ y, rtol=1e-4, atol=1e-4)
+
+
+def test_fast_exp_is_close_to_exp_and_keeps_special_values() -> None:
+    x = te.placeholder((4096,), name="x")
+    prim = rewrite.rewrite(te.create_prim_func([x, topi.exp(x)]))
+    assert "T.exp(" not in prim.script()
+    fn = tvm.compile(prim, target=llvm_target())["main"]
+    v = np.concatenate([np.linspace(-87, 88, 4090), [0, -np.inf, np.inf, np.nan, -200, 1]]).astype(np.float32)
+    out = aligned(np.zeros(4096, np.float32))
+    fn(aligned(v), out)
+    want = np.exp(v.astype(np.float64))
+    np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-30)
+
+
+@pytest.mark.parametrize("name", ["erf", "tanh"])
+def test_fast_erf_and_tanh_are_within_1e_6(name: str) -> None:
+    x = te.placeholder((4096,), name="x")
+    prim = rewrite.rewrite(te.create_prim_func([x, getattr(topi, name)(x)]))
+    assert f"T.{name}(" not in prim.script()
+    fn = tvm.compile(prim, target=llvm_target())["main"]
+    v = np.concatenate([np.linspace(-12, 12, 4093), [0, -np.inf, np.inf]]).astype(np.float32)
+    out = aligned(np.zeros(4096, np.float32))
+    fn(aligned(v), out)
+    from math import erf
+
+    want = np.vectorize(erf)(v.astype(np.float64)) if name == "erf" else np.tanh(v.astype(np.float64))
+    np.testing.assert_allclose(out, want, rtol=0, atol=1e-6)
+
+
+def misaligned(x: np.ndarray) -> np.ndarray:
+    """A copy whose data starts one element past a 64-byte boundary."""
+    raw = np.empty(x.nbytes + 128, np.uint8)
+    off = -raw.ctypes.data % 64 + x.itemsize
+    y = raw[off : off + x.nbytes].view(x.dtype).reshape(x.shape)
+    y[...] = x
+    return y
+
+
+@pytest.mark.parametrize("case", ["matmul", "conv2d", "softmax", "columns", "elementwise"])
+def test_kernels_accept_arrays_aligned_to_their_element_only(case: str) -> None:
+    if case == "matmul":
+        a, b = te.placeholder((64, 96), name="a"), te.placeholder((96, 48), name="b")
+        tensors, kind, arrays, want = [a, b, topi.matmul(a, b)], ANCHOR, [rand((64, 96)), rand((96, 48))], None
+        want = arrays[0] @ arrays[1]
+    elif case == "conv2d":
+        ins, out = conv_te(1, 16, 8, 8, 16, 3, 3, 1, 1, False)
+        arrays = [rand((1, 16, 8, 8)), rand((16, 16, 3, 3))]
+        tensors, kind, want = [*ins, out], ANCHOR, conv_loops(arrays[0], arrays[1], 1, 1)
+    elif case == "softmax":
+        x, out = softmax_te(32, 64)
+        arrays = [rand((32, 64))]
+        e = np.exp(arrays[0] - arrays[0].max(axis=1, keepdims=True))
+        tensors, kind, want = [x, out], "reduction", e / e.sum(axis=1, keepdims=True)
+    elif case == "columns":
+        x = te.placeholder((40, 64), name="x")
+        arrays = [rand((40, 64))]
+        tensors, kind, want = [x, topi.sum(x, axis=0)], "reduction", arrays[0].sum(axis=0)
+    else:
+        x = te.placeholder((1000,), name="x")
+        arrays = [rand((1000,))]
+        tensors, kind, want = [x, topi.nn.relu(x)], "elementwise", np.maximum(arrays[0], 0)
+    prim = schedule_cpu.schedule(te.create_prim_func(tensors), kind, unaligned=True)
+    assert all(int(p.data_alignment) == 4 for p in prim.params) and prim.attrs["gc.unaligned"]
+    fn = tvm.compile(prim, target=llvm_target())["main"]
+    out = misaligned(np.zeros(want.shape, np.float32))
+    fn(*[misaligned(a) for a in arrays], out)
+    np.testing.assert_allclose(out, want, rtol=1e-4, atol=1e-4)

@@ -56,7 +56,22 @@ class CompiledModel:
                          for shape, dt in self.arg_types] if not self.unavailable else []
         self._calls = [(lib[c["kernel"]], c["buffers"]) for c in plan["calls"]]
         self._unaligned_ok = bool(plan.get("unaligned_inputs"))
+        # Inputs that always go through staging: on a GPU; NumPy bf16 (no DLPack form); empty arrays (zero
+        # strides, which TVM rejects).
+        on_gpu = target["kind"] == "cuda"
+        self._always_stage = [on_gpu or dt == _BF16 or 0 in shape for shape, dt in self.arg_types]
+        self._result_views = [self._view(r) for r in plan["results"]]
         self._results = plan["results"]
+
+    def _view(self, slot: int):
+        """A NumPy view of a buffer allocated at load time, or None (arguments, GPU memory)."""
+        b = self._bufs[slot]
+        if b is None or self.target["kind"] == "cuda" or self.plan["buffers"][slot]["dtype"] == "bf16":
+            return None
+        try:
+            return np.from_dlpack(b)
+        except (TypeError, BufferError, RuntimeError):
+            return None
 
     @property
     def num_kernels(self) -> int:
@@ -67,24 +82,19 @@ class CompiledModel:
             raise GCError(self.unavailable)
         inputs = self._bind(args, kwargs)
         bufs = list(self._bufs)
-        on_gpu = self.target["kind"] == "cuda"
-        for slot, x, staging in zip(self._arg_slots, inputs, self._staging):
+        check_alignment = not self._unaligned_ok
+        for slot, x, staging, stage in zip(self._arg_slots, inputs, self._staging, self._always_stage):
             if slot < 0:
                 continue
-            # NumPy bf16 has no DLPack form; empty arrays have zero strides, which TVM rejects.
-            misaligned = x.ctypes.data % ALIGN and not self._unaligned_ok
-            if on_gpu or misaligned or x.dtype == _BF16 or x.size == 0:
+            if stage or (check_alignment and x.__array_interface__["data"][0] % ALIGN):
                 staging.copyfrom(x)
                 bufs[slot] = staging
             else:
                 bufs[slot] = x
         for fn, idx in self._calls:
             fn(*[bufs[i] for i in idx])
-        out = []
-        for r in self._results:
-            b = bufs[r]
-            out.append(np.array(b, copy=True) if isinstance(b, np.ndarray) else b.numpy())
-        return out
+        # Results come back through NumPy views of the (allocated once) TVM buffers: one copy, no round trip.
+        return [view.copy() if view is not None else _to_numpy(bufs[r]) for r, view in zip(self._results, self._result_views)]
 
     def _bind(self, args, kwargs) -> list[np.ndarray]:
         if args and kwargs:
@@ -160,6 +170,10 @@ class CompiledModel:
         model = CompiledModel(lib, plan, consts, target)
         model.source = source
         return model
+
+
+def _to_numpy(b) -> np.ndarray:
+    return np.array(b, copy=True) if isinstance(b, np.ndarray) else b.numpy()
 
 
 def _no_cuda_device(target: dict) -> str | None:

@@ -56,3 +56,17 @@ def finish(f: Func, *results: Value) -> Func:
     f.results = list(results)
     f.result_types = [v.type for v in results]
     return f
+
+
+def bind_arguments(f: Func, values: dict[str, np.ndarray]) -> None:
+    """Turn the arguments of `f` named in `values` into graph.constant ops holding those values (same
+    name, same location), so that passes can fold them: weights fixed at compile time."""
+    b = Builder(f, 0)
+    for a in list(f.args):
+        if a.name not in values:
+            continue
+        b.loc = a.loc
+        c = b.constant(np.asarray(values[a.name]).reshape(a.type.shape), a.type.dtype)
+        c.name = a.name
+        f.replace_all_uses(a, c)
+    f.args = [a for a in f.args if a.name not in values]

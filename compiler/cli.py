@@ -361,7 +361,7 @@ def cmd_bisect(args) -> int:
 
 
 def cmd_run(args) -> int:
-    from compiler.inputs import load_npz, random_inputs, summarize
+    from compiler.inputs import load_npz, random_inputs
     from compiler.interpreter import bind_inputs, run_func
     from compiler.parser import parse
 

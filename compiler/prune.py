@@ -12,8 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
+from compiler.builder import bind_arguments
 from compiler.diagnostics import GCError
-from compiler.ir import Dense, Func, Module, Value
+from compiler.ir import Func, Module, Value
 from compiler.passes.prune_weights import PruneWeights
 from compiler.verifier import verify_module
 from dialects.graph.creation import Call, Constant
@@ -56,16 +57,7 @@ def _checked(f: Func, params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def _bind(f: Func, params: dict[str, np.ndarray]) -> None:
     """Replace each argument named in `params` by a constant of the same name holding its value."""
-    consts = []
-    for a in f.args:
-        if a.name not in params:
-            continue
-        c = Constant([], {"value": Dense.of(params[a.name], a.type.dtype)}, None, a.loc)
-        c.result.name = a.name
-        f.replace_all_uses(a, c.result)
-        consts.append(c)
-    f.ops[:0] = consts
-    f.args = [a for a in f.args if a.name not in params]
+    bind_arguments(f, params)
 
 
 def _unbind(f: Func, args: list[Value], params: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

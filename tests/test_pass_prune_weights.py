@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from compiler.builder import bind_arguments
 from compiler.diagnostics import GCError
 from compiler.inputs import random_inputs
 from compiler.interpreter import run
@@ -29,16 +30,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def bind_constants(module: Module, values: dict[str, np.ndarray], entry: str = "main") -> Module:
     """The module with the chosen arguments of @entry turned into graph.constant ops of the given values."""
-    f = module[entry]
-    consts = []
-    for a in f.args:
-        if a.name in values:
-            c = Constant([], {"value": Dense.of(values[a.name], a.type.dtype)}, None, a.loc)
-            c.result.name = a.name
-            f.replace_all_uses(a, c.result)
-            consts.append(c)
-    f.ops[:0] = consts
-    f.args = [a for a in f.args if a.name not in values]
+    bind_arguments(module[entry], values)
     return module
 
 

@@ -28,22 +28,16 @@ def load_module(source) -> Module:
 
 def bind_params(module: Module, entry: str, params: dict[str, np.ndarray]) -> None:
     """Arguments named in `params` become constants: weights fixed at compile time, which passes fold."""
-    from compiler.builder import Builder
+    from compiler.builder import bind_arguments
     from compiler.interpreter import bind_inputs
 
     f = module[entry]
-    names = {a.name for a in f.args}
+    names = [a.name for a in f.args]
     unknown = [k for k in params if k not in names]
     if unknown:
         raise GCError(f"--params: @{entry} has no argument %{unknown[0]}")
-    bound = [a for a in f.args if a.name in params]
-    values = dict(zip([a.name for a in f.args], bind_inputs(f, {a.name: params.get(a.name, _zeros(a)) for a in f.args})))
-    b = Builder(f, 0)
-    for a in bound:
-        c = b.constant(values[a.name], a.type.dtype)
-        c.name = a.name
-        f.replace_all_uses(a, c)
-    f.args = [a for a in f.args if a.name not in params]
+    checked = bind_inputs(f, {a.name: params.get(a.name, _zeros(a)) for a in f.args})  # shapes, dtypes
+    bind_arguments(f, {n: x for n, x in zip(names, checked) if n in params})
 
 
 def _zeros(a: Value) -> np.ndarray:

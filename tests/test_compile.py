@@ -134,3 +134,17 @@ def test_not_an_artifact_is_a_clear_error(tmp_path: Path) -> None:
     p.write_bytes(b"PK\x03\x04garbage")
     r = gc("run", str(p), "--random-inputs", "0")
     assert r.returncode == 1 and "cannot read compiled model" in r.stderr
+
+
+def test_transposed_bound_weight_is_folded_once_at_compile_time() -> None:
+    text = """func @main(%x: tensor<4x1024xf32>, %w: tensor<1024x1024xf32>) -> tensor<4x1024xf32> {
+  %t = graph.transpose(%w)
+  %y = graph.matmul(%x, %t)
+  return %y
+}
+"""
+    w = RNG.standard_normal((1024, 1024)).astype(np.float32)
+    x = RNG.standard_normal((4, 1024)).astype(np.float32)
+    m = compiler.compile(text, "llvm", params={"w": w})
+    assert m.num_kernels == 1 and [c["kernel"] for c in m.plan["calls"]] == ["matmul"]
+    np.testing.assert_allclose(m(x)[0], x @ w.T, rtol=1e-4, atol=1e-4)

@@ -14,7 +14,10 @@ from compiler.diagnostics import GCError
 from compiler.ir import DType, Module, Value
 from compiler.parser import parse, parse_file
 
-PIPELINE = "canonicalize,fold-constants,cse,fold-batch-norm{weight-args=false},canonicalize,fold-constants,cse,dce,fuse"
+# Weights bound at compile time are constants: fold whatever is computed from them alone (transposes,
+# batch_norm scales), however big, so that no call repeats it. The artifact carries the result.
+_FOLD = "fold-constants{size-limit=4294967296}"
+PIPELINE = f"canonicalize,{_FOLD},cse,fold-batch-norm{{weight-args=false}},canonicalize,{_FOLD},cse,dce,fuse"
 
 
 def load_module(source) -> Module:

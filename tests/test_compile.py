@@ -148,3 +148,19 @@ def test_transposed_bound_weight_is_folded_once_at_compile_time() -> None:
     m = compiler.compile(text, "llvm", params={"w": w})
     assert m.num_kernels == 1 and [c["kernel"] for c in m.plan["calls"]] == ["matmul"]
     np.testing.assert_allclose(m(x)[0], x @ w.T, rtol=1e-4, atol=1e-4)
+
+
+def test_transposed_argument_weight_is_read_in_place_by_the_matmul() -> None:
+    text = """func @main(%x: tensor<8x96xf32>, %w: tensor<40x96xf32>, %b: tensor<40xf32>) -> tensor<8x40xf32> {
+  %t = graph.transpose(%w) {perm = [1, 0]}
+  %y = graph.matmul(%x, %t)
+  %z = graph.add(%y, %b)
+  return %z
+}
+"""
+    m = compiler.compile(text, "llvm")
+    assert [c["kernel"] for c in m.plan["calls"]] == ["fused_transpose_matmul_add"]
+    w = RNG.standard_normal((40, 96)).astype(np.float32)
+    x = RNG.standard_normal((8, 96)).astype(np.float32)
+    b = RNG.standard_normal(40).astype(np.float32)
+    np.testing.assert_allclose(m(x, w, b)[0], x @ w.T + b, rtol=1e-4, atol=1e-4)

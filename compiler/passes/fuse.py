@@ -103,9 +103,13 @@ class Fuse(Pass):
             users = uses.get(op.result, [])
             return bool(users) and all(u in g.members for u, _ in users)
 
-        for op in f.ops:  # phase 1: anchors and their epilogue chains
+        for op in f.ops:  # phase 1: anchors, their epilogue chains, a transposed matmul operand
             if op not in home and self.kind(op) == ANCHOR:
-                self.extend_forward(_start(op, home, open=False), uses, home)
+                g = _start(op, home, open=False)
+                self.extend_forward(g, uses, home)
+                for v in op.operands if op.name == "graph.matmul" else ():
+                    if _swaps_last_two(v.owner) and joinable(v.owner, g, frozenset({"injective"})):
+                        g.add(v.owner, home)  # read in place by the matmul: never materialized
         for op in f.ops:  # phase 2: reductions, their epilogues, then their prologues
             if op in home or self.kind(op) != "reduction":
                 continue
@@ -136,6 +140,15 @@ class Fuse(Pass):
                 return
             g.add(u, home)
             g.output = u
+
+
+def _swaps_last_two(op: Op | None) -> bool:
+    """A transpose that only swaps the last two axes (matmul(x, transpose(w)): ONNX Gemm with transB)."""
+    if op is None or op.name != "graph.transpose":
+        return False
+    rank = op.result.type.rank
+    perm = [p % rank for p in op.perm] if op.perm is not None else list(reversed(range(rank)))
+    return rank >= 2 and perm == [*range(rank - 2), rank - 1, rank - 2]
 
 
 def _producers(g: Group) -> list[Op]:

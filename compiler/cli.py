@@ -19,7 +19,8 @@ EXAMPLES = """\
 examples:
   gc run examples/mlp.gir --random-inputs 0
   gc run net.gir --inputs in.npz --outputs out.npz
-  gc opt net.gir
+  gc opt net.gir -O2 --print-ir-after-change --timing
+  gc compile net.gir --target llvm -o net.gcpkg && gc run net.gcpkg --inputs in.npz
 """
 
 

@@ -164,3 +164,18 @@ def test_transposed_argument_weight_is_read_in_place_by_the_matmul() -> None:
     x = RNG.standard_normal((8, 96)).astype(np.float32)
     b = RNG.standard_normal(40).astype(np.float32)
     np.testing.assert_allclose(m(x, w, b)[0], x @ w.T + b, rtol=1e-4, atol=1e-4)
+
+
+def test_bound_matmul_weights_are_packed_once_at_compile_time(tmp_path: Path) -> None:
+    from compiler.inputs import random_inputs
+    from compiler.parser import parse_file
+
+    path = ROOT / "examples" / "mlp.gir"
+    inputs = random_inputs(parse_file(path)["main"], 0)
+    (want,) = run(parse_file(path), inputs)
+    weights = {k: v for k, v in inputs.items() if k != "x"}
+    m = compiler.compile(str(path), "llvm", params=weights)
+    assert (64, 784, 16) in [c.shape for c in m.consts.values()]  # w1 in 16-column panels
+    np.testing.assert_allclose(m(inputs["x"])[0], want, rtol=1e-4, atol=1e-4)
+    m.save(tmp_path / "mlp.gcpkg")
+    np.testing.assert_allclose(compiler.load(tmp_path / "mlp.gcpkg")(inputs["x"])[0], want, rtol=1e-4, atol=1e-4)

@@ -81,7 +81,12 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
         prim = lower_kernel(k)
         if target == "llvm":
             # unaligned: kernels take NumPy arrays as malloc aligns them (16 bytes), so calls copy nothing.
-            prim = schedule_cpu.schedule(prim, k.kind, unaligned=True).with_attr("global_symbol", k.name)
+            consts = {f"c{i}" for i in range(len(getattr(k, "const_ops", [])))}
+            prim = schedule_cpu.schedule(prim, k.kind, constants=consts, unaligned=True)
+            prim = prim.with_attr("global_symbol", k.name)
+            tags = prim.attrs.get("gc.prepack") if prim.attrs is not None else None
+            # Weights the kernel reads in a packed layout are packed here, once, and the artifact carries them.
+            k.prepack = {int(str(n)[1:]): str(t) for n, t in tags.items()} if tags else {}  # type: ignore[attr-defined]
         else:
             from compiler.codegen import schedule_cuda
 
@@ -108,10 +113,17 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
         buffers.append({"kind": kind, "shape": list(v.type.shape), "dtype": str(v.type.dtype), **extra})
         return slot[v]
 
-    def const(op) -> int:
+    def const(op, tag: str | None = None) -> int:
         name = f"c{len(consts)}"
-        consts[name] = np.ascontiguousarray(op.value.array).reshape(op.value.array.shape)  # keeps rank 0
-        return add(op.result, "const", name=name)
+        value = np.ascontiguousarray(op.value.array).reshape(op.value.array.shape)  # keeps rank 0
+        if tag is not None:
+            from compiler.codegen.schedule_cpu import prepack
+
+            value = prepack(value, tag)
+        consts[name] = value
+        i = add(op.result, "const", name=name)
+        buffers[i]["shape"] = list(value.shape)
+        return i
 
     for i, a in enumerate(f.args):
         add(a, "arg", index=i, name=a.name)
@@ -129,7 +141,8 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
     for k in kernels:
         for v in k.outputs:
             add(v, "temp")
-        inner = [const(op) for op in getattr(k, "const_ops", [])]
+        tags = getattr(k, "prepack", {})
+        inner = [const(op, tags.get(i)) for i, op in enumerate(getattr(k, "const_ops", []))]
         calls.append({"kernel": k.name, "buffers": [slot[v] for v in k.inputs] + inner + [slot[v] for v in k.outputs]})
     plan = {
         "entry": entry,

@@ -15,6 +15,7 @@ from tvm import s_tir, tirx
 
 from compiler.codegen.cpu_rules import conv2d, matmul, reduction, rewrite
 from compiler.codegen.cpu_rules.common import Context
+from compiler.codegen.sblocks import blocks, inline_spatial, is_spatial, leading_spatial_loops
 
 VECTOR = 16  # f32 lanes of two AVX2 registers; LLVM splits wider vectors as needed
 
@@ -89,27 +90,13 @@ def prepack(value: np.ndarray, tag: str) -> np.ndarray:
     raise ValueError(f"unknown packed layout {tag}")
 
 
-def _blocks(sch: s_tir.Schedule) -> list:
-    return list(sch.get_child_blocks(sch.get_sblock("root")))
-
-
-def _is_spatial(sch: s_tir.Schedule, b) -> bool:
-    return all(iv.iter_type == 0 for iv in sch.get(b).iter_vars)
-
-
 def _fallback(sch: s_tir.Schedule) -> None:
-    blocks = _blocks(sch)
-    for b in blocks[:-1]:
-        if _is_spatial(sch, b):
-            try:
-                sch.compute_inline(b)
-            except Exception:  # noqa: BLE001 (a stage that cannot inline stays a loop nest of its own)
-                pass
-    for b in _blocks(sch):
+    inline_spatial(sch, blocks(sch)[:-1])
+    for b in blocks(sch):
         loops = sch.get_loops(b)
         if not loops:
             continue
-        if _is_spatial(sch, b):
+        if is_spatial(sch, b):
             _parallel_vectorize(sch, b, loops)
         else:
             _parallel_outer(sch, b, loops)
@@ -136,14 +123,7 @@ def _parallel_vectorize(sch: s_tir.Schedule, b, loops) -> None:
 
 def _parallel_outer(sch: s_tir.Schedule, b, loops) -> None:
     """Reductions: run the leading spatial loops in parallel."""
-    ivs = sch.get(b).iter_vars
-    spatial = []
-    for loop in loops:
-        # A loop is spatial when it binds only data-parallel block iterators.
-        if len(spatial) < len(ivs) and ivs[len(spatial)].iter_type == 0:
-            spatial.append(loop)
-        else:
-            break
+    spatial = leading_spatial_loops(sch, b)
     if not spatial:
         return
     try:

@@ -20,6 +20,8 @@ from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
 from tvm.target import Target
 
+from compiler.codegen.sblocks import blocks, inline_spatial, leading_spatial_loops
+
 
 def _kernel_compiler() -> None:
     """Beside a GPU, tvm.compile turns the CUDA C into a binary at once, with NVRTC by default; NVRTC
@@ -198,14 +200,8 @@ def _grid(prim: tirx.PrimFunc) -> tirx.PrimFunc:
     if prim.body.block.name_hint != "root":  # one opaque stage (an extern such as cumsum): no loops to bind
         return _one_thread(prim)
     sch = s_tir.Schedule(prim)
-    blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
-    for b in blocks[:-1]:
-        if _is_spatial(sch, b):
-            try:
-                sch.compute_inline(b)
-            except Exception:  # noqa: BLE001 (a stage that cannot inline becomes a kernel of its own)
-                pass
-    for b in sch.get_child_blocks(sch.get_sblock("root")):
+    inline_spatial(sch, blocks(sch)[:-1])
+    for b in blocks(sch):
         try:
             _bind_spatial(sch, b)
         except Exception:  # noqa: BLE001 (odd loop nests: correct and serial rather than not at all)
@@ -220,9 +216,9 @@ def _localize(prim: tirx.PrimFunc) -> tirx.PrimFunc:
     if prim.body.block.name_hint != "root":
         return prim
     sch = s_tir.Schedule(prim)
-    blocks = list(sch.get_child_blocks(sch.get_sblock("root")))
+    bs = blocks(sch)
     users: dict[str, set[int]] = {}
-    for i, b in enumerate(blocks):
+    for i, b in enumerate(bs):
         stmt = sch.get(b)
         for region in [*stmt.reads, *stmt.writes]:
             users.setdefault(region.source.name, set()).add(i)
@@ -230,7 +226,7 @@ def _localize(prim: tirx.PrimFunc) -> tirx.PrimFunc:
         owners = users.get(buf.name, set())
         if len(owners) != 1:
             continue
-        b = blocks[owners.pop()]
+        b = bs[owners.pop()]
         writes = [r.source.name for r in sch.get(b).writes]
         if buf.name in writes:
             sch.set_scope(b, writes.index(buf.name), "local")
@@ -249,19 +245,8 @@ def _one_thread(prim: tirx.PrimFunc) -> tirx.PrimFunc:
     return prim.with_body(body)
 
 
-def _is_spatial(sch: s_tir.Schedule, b) -> bool:
-    return all(iv.iter_type == 0 for iv in sch.get(b).iter_vars)
-
-
 def _bind_spatial(sch: s_tir.Schedule, b) -> None:
-    loops = sch.get_loops(b)
-    ivs = sch.get(b).iter_vars
-    spatial = []
-    for loop in loops:
-        if len(spatial) < len(ivs) and ivs[len(spatial)].iter_type == 0:
-            spatial.append(loop)
-        else:
-            break
+    spatial = leading_spatial_loops(sch, b)
     if not spatial:
         _bind_one_thread(sch, b)
         return

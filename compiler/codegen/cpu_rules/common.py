@@ -7,7 +7,9 @@ from functools import lru_cache
 
 from tvm import s_tir, tirx
 
-SPATIAL, REDUCE = 0, 2  # IterVar.iter_type values: DataPar, CommReduce
+from compiler.codegen.sblocks import SPATIAL, blocks, inline_spatial, is_spatial  # noqa: F401  (the rules use them from here)
+
+REDUCE = 2  # IterVar.iter_type of a reduction iterator (CommReduce)
 
 
 @dataclass
@@ -23,14 +25,6 @@ class Context:
     prepack: dict[str, str] = field(default_factory=dict)
 
 
-def blocks(sch: s_tir.Schedule) -> list:
-    return list(sch.get_child_blocks(sch.get_sblock("root")))
-
-
-def is_spatial(sch: s_tir.Schedule, b) -> bool:
-    return all(iv.iter_type == SPATIAL for iv in sch.get(b).iter_vars)
-
-
 def extent(sch: s_tir.Schedule, loop) -> int | None:
     ext = sch.get(loop).extent
     return int(ext) if isinstance(ext, tirx.IntImm) else None
@@ -38,16 +32,6 @@ def extent(sch: s_tir.Schedule, loop) -> int | None:
 
 def static(e) -> int | None:
     return int(e) if isinstance(e, tirx.IntImm) else None
-
-
-def inline_spatial(sch: s_tir.Schedule, bs: list) -> None:
-    """Inline the spatial blocks of `bs` into their consumers where TVM allows it."""
-    for b in bs:
-        if is_spatial(sch, b):
-            try:
-                sch.compute_inline(b)
-            except Exception:  # noqa: BLE001 (e.g. an output block: it stays a loop nest of its own)
-                pass
 
 
 def try_vectorize(sch: s_tir.Schedule, loop, lanes: int) -> None:

@@ -149,8 +149,9 @@ def _parser() -> argparse.ArgumentParser:
                         "says otherwise) and the bytes of inputs, outputs and intermediates.",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
                         epilog="examples:\n  gc stats examples/mlp.gir\n  gc stats net.gir -O2 --json\n"
+                        "  gc compile net.gir --stats s.json && gc stats s.json\n"
                         "  gc stats net.gir -p 'canonicalize,cse' --compare")
-    st.add_argument("file", help="the .gir file, or - for standard input")
+    st.add_argument("file", help="the .gir file, - for standard input, or a STATS.json from `gc compile --stats`")
     _pipeline_args(st)
     st.add_argument("--entry", default="main", metavar="NAME", help="the function to measure (default: main)")
     st.add_argument("--data-args", metavar="NAMES",
@@ -473,7 +474,8 @@ def cmd_compile(args) -> int:
     model.save(out)
     if args.stats:
         stats = {**model.plan["memory"], "num_kernels": model.num_kernels, "compile_seconds": round(seconds, 4),
-                 "target": args.target, "kernels": [c["kernel"] for c in model.plan["calls"]]}
+                 "target": args.target, "source": name,
+                 "kernels": [c["kernel"] for c in model.plan["calls"] if "kernel" in c]}
         Path(args.stats).write_text(json.dumps(stats, indent=2) + "\n")
     print(f"gc: wrote {out} ({model.num_kernels} kernels, {args.target}, {seconds:.2f} s)", file=sys.stderr)
     return 0
@@ -509,6 +511,21 @@ def _load(args):
     return before, module
 
 
+def _compile_stats(args) -> int:
+    """`gc stats STATS.json`: what `gc compile --stats` wrote, readably."""
+    import json
+
+    from compiler.stats import format_compile_stats
+
+    try:
+        stats = json.loads(Path(args.file).read_text())
+        text = format_compile_stats(stats) if not args.json else json.dumps(stats, indent=2) + "\n"
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise GCError(f"{args.file}: not a statistics file written by `gc compile --stats` ({e})") from None
+    sys.stdout.write(text)
+    return 0
+
+
 def cmd_stats(args) -> int:
     import json
 
@@ -516,6 +533,8 @@ def cmd_stats(args) -> int:
 
     if args.compare and not (args.pipeline or args.opt_level):
         raise UsageError("--compare needs a pipeline to compare against: -p PIPELINE or -O0/-O1/-O2")
+    if args.file.endswith(".json"):
+        return _compile_stats(args)
     data = [n.strip() for n in args.data_args.split(",") if n.strip()] if args.data_args is not None else None
     before, after = _load(args)
     stats = module_stats(after, args.entry, data)

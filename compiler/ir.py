@@ -327,6 +327,8 @@ class Op:
     # How fusion treats the op, TVM's classification: elementwise, broadcast, injective, reduction,
     # out-elementwise-fusable (matmul, conv2d) or opaque.
     kind: ClassVar[str] = "opaque"
+    # False for ops that read or write memory (the mem/exec dialects): dce and cse leave them alone.
+    pure: ClassVar[bool] = True
 
     def __init_subclass__(cls, name: str | None = None, **kw):
         super().__init_subclass__(**kw)

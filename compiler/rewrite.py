@@ -69,12 +69,12 @@ def _sweep(f: Func, table, stats: Counter | None) -> bool:
 
 
 def erase_dead_ops(f: Func) -> int:
-    """Erase ops none of whose results are used (graph ops are pure); returns how many."""
+    """Erase pure ops none of whose results are used; returns how many."""
     uses = Counter(v for op in f.ops for v in op.operands)
     uses.update(f.results)
     keep: list[Op] = []
     for op in reversed(f.ops):
-        if op.results and not any(uses[r] for r in op.results):
+        if op.pure and op.results and not any(uses[r] for r in op.results):
             uses.subtract(op.operands)
             continue
         keep.append(op)

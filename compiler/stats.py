@@ -60,7 +60,23 @@ def module_stats(module: Module, entry: str = "main", data_args: Sequence[str] |
         "input_bytes": sum(a.type.nbytes for a in inputs),
         "output_bytes": sum(t.nbytes for t in f.result_types),
         "intermediate_bytes": walk.intermediate_bytes,
+        "memory": memory_plan(module, f),
     }
+
+
+def memory_plan(module: Module, f: Func) -> dict[str, int]:
+    """The memory plan's figures (what `gc compile --stats` reports for the CPU): of `f` as planned if it is
+    already, else of a copy run through `schedule,plan-memory`; plus the file order's lower bound."""
+    from compiler.memory import peak_bytes, plan_stats
+    from compiler.passes.plan_memory import is_planned
+    from compiler.pipeline import run_pipeline
+
+    if is_planned(f):
+        return plan_stats(f)
+    copy = module.clone()
+    file_order = peak_bytes(copy[f.name], align=64)
+    run_pipeline(copy, "schedule,plan-memory")
+    return {**plan_stats(copy[f.name]), "file_order_lower_bound_bytes": file_order}
 
 
 def _entry(module: Module, entry: str) -> Func:
@@ -95,9 +111,11 @@ class _Walk:
         self.stack.pop()
 
     def op(self, op: Op, in_kernel: bool) -> None:
-        if op.name == "graph.call":
+        if op.name in ("graph.call", "exec.launch"):
             self.call(op, in_kernel)
             return
+        if op.name.startswith(("mem.", "exec.")):
+            return  # memory and synchronization of a planned function: no computation
         self.by_name[op.name] += 1
         self.by_kind[op.kind] += 1
         self.flops += self._flops(op)
@@ -108,7 +126,7 @@ class _Walk:
 
     def call(self, op: Op, in_kernel: bool) -> None:
         self.calls += 1
-        callee = self.module.funcs.get(op.callee.name)
+        callee = self.module.funcs.get(op.kernel.name if op.name == "exec.launch" else op.callee.name)
         if callee is None:
             return
         is_kernel = callee.attrs.get("kernel") is True
@@ -158,6 +176,38 @@ def format_stats(stats: dict[str, Any]) -> str:
     lines += _section("ops by name", stats["ops_by_name"])
     lines += _section("ops by kind", stats["ops_by_kind"])
     lines += _section("kernel calls", stats["kernel_calls"])
+    lines += format_memory(stats["memory"])
+    return "\n".join(lines) + "\n"
+
+
+_MEMORY = [
+    ("arena (planned)", "arena_bytes"),
+    ("naive (one per tensor)", "naive_bytes"),
+    ("lower bound", "lower_bound_bytes"),
+    ("lower bound, file order", "file_order_lower_bound_bytes"),
+]
+
+
+def format_memory(memory: dict[str, int]) -> list[str]:
+    """The memory plan's figures, with the arena's ratio to the naive size and to the lower bound."""
+    lines = ["memory plan (intermediates; sizes in 64-byte units):"]
+    for label, key in _MEMORY:
+        if key in memory:
+            lines.append(f"  {label:<{_W}} {memory[key]:>16,}  {_human(memory[key], 'bytes')}".rstrip())
+    arena, naive, bound = memory.get("arena_bytes", 0), memory.get("naive_bytes", 0), memory.get("lower_bound_bytes", 0)
+    if naive and bound:
+        lines.append(f"  {'arena / naive':<{_W}} {arena / naive:>16.3f}")
+        lines.append(f"  {'arena / lower bound':<{_W}} {arena / bound:>16.3f}")
+    return lines
+
+
+def format_compile_stats(stats: dict[str, Any]) -> str:
+    """`gc compile --stats` JSON, readably."""
+    lines = [f"compiled {stats.get('source', '?')} for {stats.get('target', '?')} in {stats['compile_seconds']:.2f} s",
+             f"  {'kernels':<{_W}} {stats['num_kernels']:>16,}"]
+    lines += format_memory(stats)
+    if stats.get("kernels"):
+        lines += ["kernels, in order:"] + [f"  {k}" for k in stats["kernels"]]
     return "\n".join(lines) + "\n"
 
 

@@ -1,3 +1,7 @@
-"""Dialects: one package per dialect. Importing this registers every op."""
+"""Dialects: one package per dialect. Importing this registers every op.
 
-from dialects import graph  # noqa: F401
+graph: the network as written (the v1 op set). mem: where tensors live once memory is planned.
+exec: the kernel launches of a planned function, on streams.
+"""
+
+from dialects import exec, graph, mem  # noqa: F401

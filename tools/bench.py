@@ -400,7 +400,7 @@ def _direct_calls(model, args: list[np.ndarray]) -> tuple[Callable[[], None], ob
             bufs.append(tvm.runtime.tensor(model.consts[buf["name"]], dev))
         else:
             bufs.append(tvm.runtime.empty(tuple(buf["shape"]), DType(buf["dtype"]).tvm, dev))
-    calls = [(model.lib[c["kernel"]], [bufs[i] for i in c["buffers"]]) for c in plan["calls"]]
+    calls = [(model.lib[c["kernel"]], [bufs[i] for i in c["buffers"]]) for c in plan["calls"] if "kernel" in c]
 
     def run() -> None:
         for fn, xs in calls:

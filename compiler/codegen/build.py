@@ -11,8 +11,12 @@ from compiler.codegen.lower import Kernel, kernels_of, lower_kernel
 from compiler.codegen.runtime import CompiledModel
 from compiler.codegen.target import make_target
 from compiler.diagnostics import GCError
-from compiler.ir import DType, Module, Value
+from compiler.ir import Module, Value
+from compiler.memory import peak_bytes, plan_stats
 from compiler.parser import parse, parse_file
+from compiler.passes.plan_memory import is_planned
+from dialects.exec import Copy, Launch, Signal, Wait
+from dialects.mem import Alloc, Arena, View
 
 # Weights bound at compile time are constants: fold whatever is computed from them alone (transposes,
 # batch_norm scales), however big, so that no call repeats it. The artifact carries the result.
@@ -68,13 +72,25 @@ def compile(source, target: str = "llvm", *, params: dict[str, np.ndarray] | Non
     return model
 
 
+ALIGN = {"llvm": 64, "cuda": 256}  # vector loads on the CPU; CUDA's allocation granularity
+
+
 def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: str | None = None) -> CompiledModel:
-    """Lower, schedule and compile the entry function's kernels into one library."""
+    """Plan memory (unless the module is planned already), then lower, schedule and compile the entry
+    function's kernels into one library."""
     import tvm
 
     from compiler.codegen import schedule_cpu
 
     tgt = make_target(target, arch)
+    f = module[entry]
+    file_order_bound = None
+    if not is_planned(f):
+        from compiler.pipeline import run_pipeline
+
+        file_order_bound = peak_bytes(f, align=ALIGN[target])
+        streams = ",assign-streams" if target == "cuda" else ""
+        run_pipeline(module, f"schedule,plan-memory{{align={ALIGN[target]}}}{streams}")
     kernels = [k for k in kernels_of(module, entry) if any(v.type.size > 0 for v in k.outputs)]
     funcs = {}
     for k in kernels:
@@ -95,18 +111,23 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     scheduled = tvm.IRModule(funcs)
     lib = tvm.compile(scheduled, target=tgt) if funcs else None
     plan, consts = _plan(module, entry, kernels)
+    if file_order_bound is not None:
+        plan["memory"]["file_order_lower_bound_bytes"] = file_order_bound
     plan["unaligned_inputs"] = bool(funcs) and all(_attr(p, "gc.unaligned") for p in funcs.values())
     model = CompiledModel(lib, plan, consts, tgt)
     model.scheduled = scheduled
+    model.planned = module
     return model
 
 
 def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict[str, np.ndarray]]:
-    """Buffers (arguments, constants, one per intermediate: allocated once) and the kernel calls."""
+    """The planned entry function as data for the runtime: buffers (arguments, constants, the arena and its
+    views, result buffers) and the steps (kernel calls, copies, stream events) in order."""
     f = module[entry]
     buffers: list[dict] = []
     slot: dict[Value, int] = {}
     consts: dict[str, np.ndarray] = {}
+    by_output = {v: k for k in kernels for v in k.outputs}
 
     def add(v: Value, kind: str, **extra) -> int:
         slot[v] = len(buffers)
@@ -127,57 +148,46 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
 
     for i, a in enumerate(f.args):
         add(a, "arg", index=i, name=a.name)
+    steps: list[dict] = []
     for op in f.ops:
         if op.name == "graph.constant":
             const(op)
-    kernel_outputs = {v for k in kernels for v in k.outputs}
-    for op in f.ops:  # zero-size results of dropped kernels: an empty constant stands in
-        for r in op.results:
-            if r not in slot and r not in kernel_outputs and op.name != "graph.constant":
-                name = f"c{len(consts)}"
-                consts[name] = np.zeros(r.type.shape, r.type.dtype.np)
-                add(r, "const", name=name)
-    calls = []
-    for k in kernels:
-        for v in k.outputs:
-            add(v, "temp")
-        tags = getattr(k, "prepack", {})
-        inner = [const(op, tags.get(i)) for i, op in enumerate(getattr(k, "const_ops", []))]
-        calls.append({"kernel": k.name, "buffers": [slot[v] for v in k.inputs] + inner + [slot[v] for v in k.outputs]})
+        elif isinstance(op, Arena):
+            add(op.result, "arena", size=op.size, align=op.align)
+        elif isinstance(op, View):
+            if op.result.type.nbytes == 0:  # nothing to point at: an empty buffer of its own
+                add(op.result, "temp")
+            else:
+                add(op.result, "view", arena=slot[op.operands[0]], offset=op.offset)
+        elif isinstance(op, Alloc):
+            add(op.result, "temp")
+        elif isinstance(op, Launch):
+            for d, r in zip(op.destinations, op.results):
+                slot[r] = slot[d]
+            k = by_output.get(op.results[0])
+            if k is None:
+                continue  # every output is empty: nothing to compute
+            tags = getattr(k, "prepack", {})
+            inner = [const(c, tags.get(i)) for i, c in enumerate(getattr(k, "const_ops", []))]
+            steps.append({"kernel": k.name, "stream": op.stream,
+                          "buffers": [slot[v] for v in op.inputs] + inner + [slot[v] for v in op.destinations]})
+        elif isinstance(op, Copy):
+            slot[op.result] = slot[op.dest]
+            steps.append({"copy": [slot[op.source], slot[op.dest]], "stream": op.stream})
+        elif isinstance(op, (Signal, Wait)):
+            steps.append({op.name.split(".")[1]: op.event, "stream": op.stream})
+        else:
+            raise GCError(f"{op.name}: not expected in a planned function (a bug in gc)", op.loc)
     plan = {
         "entry": entry,
-        "memory": _memory(buffers, calls, [slot[v] for v in f.results]),
+        "memory": plan_stats(f),
         "args": [{"name": a.name, "shape": list(a.type.shape), "dtype": str(a.type.dtype)} for a in f.args],
         "buffers": buffers,
-        "calls": calls,
+        "calls": steps,
         "results": [slot[v] for v in f.results],
         "result_types": [str(v.type) for v in f.results],
     }
     return plan, consts
-
-
-def _memory(buffers: list[dict], calls: list[dict], results: list[int]) -> dict:
-    """Bytes of the intermediates: allocated (one buffer each until memory planning), their sum, and the
-    most alive at once in execution order (a buffer lives from the kernel that writes it to its last reader)."""
-    def nbytes(i: int) -> int:
-        b = buffers[i]
-        return int(np.prod(b["shape"], dtype=np.int64)) * DType(b["dtype"]).itemsize
-
-    temps = [i for i, b in enumerate(buffers) if b["kind"] == "temp"]
-    first = {}
-    last = {}
-    for t, c in enumerate(calls):
-        for i in c["buffers"]:
-            if buffers[i]["kind"] == "temp":
-                first.setdefault(i, t)
-                last[i] = t
-    for i in results:
-        last[i] = len(calls)
-    peak = 0
-    for t in range(len(calls) + 1):
-        peak = max(peak, sum(nbytes(i) for i in temps if first.get(i, 0) <= t <= last.get(i, -1)))
-    total = sum(nbytes(i) for i in temps)
-    return {"arena_bytes": total, "naive_bytes": total, "lower_bound_bytes": peak}
 
 
 def _attr(prim, key: str) -> bool:

@@ -27,18 +27,21 @@ class Kernel:
 
 
 def kernels_of(module: Module, entry: str) -> list[Kernel]:
-    """The entry function's ops as kernels, in execution order; constants are not kernels."""
+    """The entry function's kernels, in execution order: in a planned function each `exec.launch`; in a
+    graph-level one each call of a `kernel` function and each other op (constants are not kernels)."""
     f = module[entry]
     out: list[Kernel] = []
     names: dict[str, int] = {}
     for op in f.ops:
-        if op.name == "graph.constant":
+        if op.name == "graph.constant" or op.name.startswith("mem.") or op.name in ("exec.copy", "exec.signal",
+                                                                                    "exec.wait"):
             continue
-        if op.name == "graph.call":
-            callee = module[op.callee.name]
+        if op.name in ("graph.call", "exec.launch"):
+            callee = module[op.callee.name if op.name == "graph.call" else op.kernel.name]
             if not callee.attrs.get("kernel"):
                 raise GCError(f"graph.call of @{callee.name}: codegen needs calls inlined or marked kernel", op.loc)
-            k = Kernel(_unique(callee.name, names), list(callee.ops), list(op.operands), list(op.results))
+            inputs = op.inputs if op.name == "exec.launch" else list(op.operands)
+            k = Kernel(_unique(callee.name, names), list(callee.ops), list(inputs), list(op.results))
             k.params = list(callee.args)
             k.callee = callee  # type: ignore[attr-defined]
         else:

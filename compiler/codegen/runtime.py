@@ -6,6 +6,7 @@ buffers were allocated at load time, and only the returned arrays are new.
 
 from __future__ import annotations
 
+import ctypes
 import io
 import json
 import tempfile
@@ -40,6 +41,7 @@ class CompiledModel:
         self.arg_types = [(tuple(a["shape"]), np.dtype(DType(a["dtype"]).np)) for a in plan["args"]]
         self._bufs: list = [None] * len(plan["buffers"])
         self._arg_slots: list[int] = []
+        self._views: list = []  # what keeps the arena's views valid (DLPack structs)
         for i, b in enumerate(plan["buffers"]):
             if self.unavailable:
                 continue
@@ -48,13 +50,26 @@ class CompiledModel:
                 self._bufs[i] = tvm.runtime.tensor(consts[b["name"]], self.device)
             elif b["kind"] == "temp":
                 self._bufs[i] = tvm.runtime.empty(tuple(b["shape"]), dtype, self.device)
+            elif b["kind"] == "arena":
+                self._bufs[i] = tvm.runtime.empty((max(b["size"], 1),), "uint8", self.device)
+            elif b["kind"] == "view":
+                self._bufs[i] = _view(self._bufs[b["arena"]], b["offset"], tuple(b["shape"]), dtype, self._views)
         self._arg_slots = [next(i for i, b in enumerate(plan["buffers"]) if b["kind"] == "arg" and b["index"] == k)
                            if any(b["kind"] == "arg" and b["index"] == k for b in plan["buffers"]) else -1
                            for k in range(len(plan["args"]))]
         # TVM kernels assume 64-byte aligned buffers (vector loads); a misaligned input is copied here.
         self._staging = [tvm.runtime.empty(shape, DType.from_numpy(dt).tvm, self.device)
                          for shape, dt in self.arg_types] if not self.unavailable else []
-        self._calls = [(lib[c["kernel"]], c["buffers"]) for c in plan["calls"]]
+        # Streams: on a GPU, launches go to the CUDA streams assign-streams chose, ordered by events. On
+        # the CPU every kernel already spreads over all cores, so the plan runs in its printed order,
+        # which is a valid serial order of the streams.
+        nstreams = 1 + max((c.get("stream", 0) for c in plan["calls"]), default=0)
+        self._streams = None
+        if target["kind"] == "cuda" and nstreams > 1 and not self.unavailable:
+            nevents = 1 + max((c.get("signal", -1) for c in plan["calls"]), default=-1)
+            self._streams = _CudaStreams.create(self.device, nstreams, nevents)
+        self._calls = [self._step(c) for c in plan["calls"]]
+        self._calls = [c for c in self._calls if c is not None]
         self._unaligned_ok = bool(plan.get("unaligned_inputs"))
         # Inputs that always go through staging: on a GPU; NumPy bf16 (no DLPack form); empty arrays (zero
         # strides, which TVM rejects).
@@ -73,9 +88,24 @@ class CompiledModel:
         except (TypeError, BufferError, RuntimeError):
             return None
 
+    def _step(self, c: dict):
+        """A call of the plan as (function, buffer slots): a kernel, or a copy. Stream events order kernels
+        on a GPU's streams; run one after the other (on the CPU, or one stream) they are already ordered."""
+        st = self._streams
+        if "kernel" in c:
+            fn = self.lib[c["kernel"]]
+            return (st.on(c["stream"], fn) if st else fn), c["buffers"]
+        if "copy" in c:
+            return (st.on(c["stream"], _copy) if st else _copy), c["copy"]
+        if st and "signal" in c:
+            return (lambda e=c["signal"], s=c["stream"]: st.signal(e, s)), []
+        if st and "wait" in c:
+            return (lambda e=c["wait"], s=c["stream"]: st.wait(e, s)), []
+        return None
+
     @property
     def num_kernels(self) -> int:
-        return len(self._calls)
+        return sum(1 for c in self.plan["calls"] if "kernel" in c)
 
     def __call__(self, *args, **kwargs) -> list[np.ndarray]:
         if self.unavailable:
@@ -93,6 +123,8 @@ class CompiledModel:
                 bufs[slot] = x
         for fn, idx in self._calls:
             fn(*[bufs[i] for i in idx])
+        if self._streams is not None:
+            self._streams.finish()
         # Results come back through NumPy views of the (allocated once) TVM buffers: one copy, no round trip.
         return [view.copy() if view is not None else _to_numpy(bufs[r]) for r, view in zip(self._results, self._result_views)]
 
@@ -170,6 +202,110 @@ class CompiledModel:
         model = CompiledModel(lib, plan, consts, target)
         model.source = source
         return model
+
+
+class _CudaStreams:
+    """CUDA streams and events for a plan with several streams, through the driver API (libcuda), which
+    TVM's Python API does not expose events of. Kernels launch on TVM's current stream, set per launch."""
+
+    def __init__(self, device, nstreams: int, nevents: int):
+        from tvm_ffi import core
+
+        self.cuda = ctypes.CDLL("libcuda.so.1")
+        self.set_stream = core._env_set_current_stream
+        self.where = (device.dlpack_device_type(), device.index)
+        self.streams = [ctypes.c_void_p(_handle(device.create_raw_stream())) for _ in range(nstreams)]
+        self.events = []
+        for _ in range(nevents):
+            ev = ctypes.c_void_p()
+            self._check(self.cuda.cuEventCreate(ctypes.byref(ev), 2), "cuEventCreate")  # 2: no timing
+            self.events.append(ev)
+
+    @staticmethod
+    def create(device, nstreams: int, nevents: int) -> _CudaStreams | None:
+        try:
+            return _CudaStreams(device, nstreams, nevents)
+        except (OSError, GCError, AttributeError) as e:
+            import warnings
+
+            warnings.warn(f"gc: running the plan's {nstreams} streams one after the other: {e}", stacklevel=3)
+            return None
+
+    def _check(self, status: int, what: str) -> None:
+        if status != 0:
+            raise GCError(f"{what} failed with CUDA driver error {status}")
+
+    def on(self, s: int, fn):
+        stream, (kind, dev) = self.streams[s].value or 0, self.where
+
+        def launch(*bufs) -> None:
+            self.set_stream(kind, dev, stream)
+            fn(*bufs)
+
+        return launch
+
+    def signal(self, event: int, s: int) -> None:
+        self._check(self.cuda.cuEventRecord(self.events[event], self.streams[s]), "cuEventRecord")
+
+    def wait(self, event: int, s: int) -> None:
+        self._check(self.cuda.cuStreamWaitEvent(self.streams[s], self.events[event], 0), "cuStreamWaitEvent")
+
+    def finish(self) -> None:
+        self.set_stream(*self.where, 0)
+        for st in self.streams:
+            self._check(self.cuda.cuStreamSynchronize(st), "cuStreamSynchronize")
+
+
+def _handle(h) -> int:
+    return int(h.value or 0) if isinstance(h, ctypes.c_void_p) else int(h)
+
+
+def _copy(src, dst) -> None:
+    dst.copyfrom(src) if not isinstance(dst, np.ndarray) else np.copyto(dst, src)
+
+
+class _DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
+
+
+class _DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class _DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32), ("dtype", _DLDataType),
+                ("shape", ctypes.POINTER(ctypes.c_int64)), ("strides", ctypes.POINTER(ctypes.c_int64)),
+                ("byte_offset", ctypes.c_uint64)]
+
+
+class _DLManagedTensor(ctypes.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", ctypes.c_void_p)]
+
+
+_capsule = ctypes.pythonapi.PyCapsule_New
+_capsule.restype = ctypes.py_object
+_capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+
+
+def _view(base, offset: int, shape: tuple[int, ...], dtype: str, keep: list):
+    """A TVM tensor over `base`'s bytes from `offset` (on any device). TVM's own views set DLPack's
+    byte_offset, which compiled kernels reject; this one moves the data pointer instead. The DLPack
+    structs have no deleter: `keep` (the model) holds them, and the arena, for the views' lifetime."""
+    from tvm_ffi.core import DataType
+
+    import tvm
+
+    dt = DataType(dtype)
+    dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)
+    m = _DLManagedTensor()
+    m.dl_tensor.data = base.data_ptr() + offset
+    m.dl_tensor.device = _DLDevice(base.device.dlpack_device_type(), base.device.index)
+    m.dl_tensor.ndim = len(shape)
+    m.dl_tensor.dtype = _DLDataType(dt.type_code, dt.bits, dt.lanes)
+    m.dl_tensor.shape = dims
+    m.dl_tensor.byte_offset = 0
+    keep.append((m, dims, base))
+    return tvm.runtime.from_dlpack(_capsule(ctypes.addressof(m), b"dltensor", None))
 
 
 def _to_numpy(b) -> np.ndarray:

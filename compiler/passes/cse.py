@@ -60,7 +60,7 @@ def _cse(f: Func) -> int:
         op.operands = [replaced.get(v, v) for v in op.operands]
         key = op_key(op)
         first = seen.get(key)
-        if first is None or not op.results:  # an op without results is there for an effect: keep each
+        if first is None or not op.results or not op.pure:  # an op with an effect: keep each
             seen[key] = op
             keep.append(op)
             continue

@@ -23,6 +23,7 @@ class DeadCodeElimination(Pass):
         for f in module:
             self.stats["ops-erased"] += erase_dead_ops(f)
         called = {op.callee.name for f in module for op in f.ops if op.name == "graph.call"}
+        called |= {op.kernel.name for f in module for op in f.ops if op.name == "exec.launch"}
         for f in module:
             used = {v for op in f.ops for v in op.operands} | set(f.results)
             unused = [a for a in f.args if a not in used]

@@ -1,0 +1,294 @@
+"""Liveness, static memory planning and the plan checker.
+
+Time is counted in steps: the kernels of a function in execution order (constants are not steps).
+A tensor is alive from the step that writes it to the last step that reads it, both included, so a
+kernel's inputs and outputs are alive together. Arguments, constants and function results are not
+intermediates: they live outside the arena.
+
+- `lifetimes` / `lower_bound`: what is alive when; the largest total alive at one step is a bound no
+  placement can beat (except by writing an output over an input that dies at that step).
+- `place`: offsets in one arena for blocks with lifetimes, best-fit over several orders (TFLite's
+  "greedy by size" and relatives), keeping the smallest arena.
+- `check_plan`: a planned function (mem/exec dialects) never reads bytes that something else has
+  written since the value was written, keeps views aligned, and orders conflicting accesses on
+  different streams with events.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from compiler.diagnostics import GCError
+from compiler.ir import Func, Module, Op, Value
+
+
+def steps_of(f: Func) -> list[Op]:
+    """The ops of `f` that run as kernels (everything but constants and memory declarations)."""
+    return [op for op in f.ops if op.name != "graph.constant" and not op.name.startswith("mem.")
+            and op.name not in ("exec.signal", "exec.wait")]
+
+
+@dataclass
+class Lifetime:
+    value: Value
+    size: int  # bytes
+    start: int  # the step that writes it
+    end: int  # the last step that reads it (start if none does)
+
+
+def lifetimes(f: Func, order: list[Op] | None = None, align: int = 1) -> list[Lifetime]:
+    """Lifetimes of the intermediates of graph-level `f` (results of steps that `f` does not return), each
+    `size` rounded up to `align`: what a buffer of its own would take."""
+    order = steps_of(f) if order is None else order
+    returned = set(f.results)
+    last: dict[Value, int] = {}
+    for i, op in enumerate(order):
+        for v in op.operands:
+            last[v] = i
+    out = []
+    for i, op in enumerate(order):
+        for r in op.results:
+            if r not in returned and r.type.nbytes > 0:
+                out.append(Lifetime(r, _round(r.type.nbytes, align), i, max(i, last.get(r, i))))
+    return out
+
+
+def lower_bound(lts: list[Lifetime] | list[Block]) -> int:
+    """The largest total size alive at one step."""
+    events: dict[int, int] = {}
+    for lt in lts:
+        events[lt.start] = events.get(lt.start, 0) + lt.size
+        events[lt.end + 1] = events.get(lt.end + 1, 0) - lt.size
+    peak = alive = 0
+    for t in sorted(events):
+        alive += events[t]
+        peak = max(peak, alive)
+    return peak
+
+
+def peak_bytes(f: Func, order: list[Op] | None = None, align: int = 1) -> int:
+    """The liveness peak of graph-level `f` run in `order` (file order by default)."""
+    return lower_bound(lifetimes(f, order, align))
+
+
+# --- placement ------------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class Block:
+    """Bytes to place: one tensor, or several that share storage (an output written over its input)."""
+
+    size: int
+    start: int
+    end: int
+    offset: int = 0
+    members: list = field(default_factory=list)  # the values stored here
+
+
+def _round(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
+def place(blocks: list[Block], align: int, *, tries: int = 32, seed: int = 0,
+          conflict: Callable[[Block, Block], bool] | None = None) -> int:
+    """Give every block an offset (a multiple of `align`) so that blocks alive at the same step do not
+    overlap; returns the arena size. Best fit over several orders: by size (TFLite's greedy by size),
+    by start, by duration, by size x duration, then seeded shuffles of the size order while the result is
+    above the lower bound. `conflict` replaces "alive at the same step" when steps may run concurrently."""
+    live = [b for b in blocks if b.size > 0]
+    if not live:
+        return 0
+    bound = _round_up_bound(live, align)
+    orders = [
+        sorted(live, key=lambda b: (-b.size, b.start)),
+        sorted(live, key=lambda b: (b.start, -b.size)),
+        sorted(live, key=lambda b: (-(b.end - b.start), -b.size)),
+        sorted(live, key=lambda b: (-b.size * (b.end - b.start + 1), b.start)),
+    ]
+    rng = random.Random(seed)
+    best: tuple[int, list[int]] | None = None
+    for i in range(len(orders) + tries):
+        if i < len(orders):
+            order = orders[i]
+        else:
+            if best is not None and best[0] <= bound:
+                break
+            order = sorted(live, key=lambda b: (-b.size * rng.uniform(0.5, 1.5), b.start))
+        size, offsets = _best_fit(order, align, conflict or _overlap)
+        if best is None or size < best[0]:
+            best = (size, [offsets[b] for b in live])
+    assert best is not None
+    for b, off in zip(live, best[1]):
+        b.offset = off
+    for b in blocks:
+        if b.size == 0:
+            b.offset = 0
+    return best[0]
+
+
+def _round_up_bound(blocks: list[Block], align: int) -> int:
+    return lower_bound([Block(_round(b.size, align), b.start, b.end) for b in blocks])
+
+
+def _overlap(a: Block, b: Block) -> bool:
+    return a.start <= b.end and b.start <= a.end
+
+
+def _best_fit(order: list[Block], align: int, conflict: Callable[[Block, Block], bool]) -> tuple[int, dict[Block, int]]:
+    """Place blocks in `order`, each in the smallest gap between blocks alive with it that fits."""
+    placed: list[tuple[int, int, Block]] = []
+    offsets: dict[Block, int] = {}
+    top = 0
+    for b in order:
+        need = _round(b.size, align)
+        busy = sorted((o, o + s) for o, s, p in placed if conflict(p, b))
+        best_off, best_gap, prev = None, None, 0
+        for lo, hi in busy:
+            gap = lo - prev
+            if gap >= need and (best_gap is None or gap < best_gap):
+                best_off, best_gap = prev, gap
+            prev = max(prev, hi)
+        off = prev if best_off is None else best_off
+        placed.append((off, need, b))
+        offsets[b] = off
+        top = max(top, off + need)
+    return top, offsets
+
+
+# --- the plan checker -----------------------------------------------------------------------------
+
+
+def check_plan(module: Module, f: Func) -> None:
+    """Raise GCError (an internal error of the planner) unless the planned `f` is sound: every view lies in
+    its arena at an aligned offset; every value a step reads still holds what was written there (no
+    other tensor was written over any of its bytes since); no step reads a view nobody wrote; and two
+    steps on different streams that touch the same bytes (one writing) are ordered by events."""
+    problems = _check(module, f)
+    if problems:
+        raise GCError(f"plan-memory produced an unsound plan for @{f.name} (a bug in gc):\n  " + "\n  ".join(problems))
+
+
+def _check(module: Module, f: Func) -> list[str]:
+    problems: list[str] = []
+    where: dict[Value, tuple[int, int]] = {}  # value -> its bytes in the arena [lo, hi)
+    written: set[Value] = set()
+    clobbered: dict[Value, Op] = {}
+    writer: dict[Value, Op] = {}
+    readers: dict[Value, list[Op]] = {}
+    clocks = _Clocks()
+    for op in f.ops:
+        if op.name == "mem.view":
+            arena = op.operands[0].owner
+            lo = op.offset
+            hi = lo + op.result.type.nbytes
+            align = getattr(arena, "align", 1)
+            if lo % align:
+                problems.append(f"{_at(op)}: offset {lo} is not a multiple of {align}")
+            if hi > arena.size:
+                problems.append(f"{_at(op)}: bytes [{lo}, {hi}) outside the {arena.size}-byte arena")
+            where[op.result] = (lo, hi)
+            continue
+        if op.name in ("exec.signal", "exec.wait"):
+            clocks.event(op)
+            continue
+        if op.name not in ("exec.launch", "exec.copy"):
+            continue
+        clocks.step(op)
+        n = len(op.results)
+        ins, dests = op.operands[: len(op.operands) - n], op.operands[len(op.operands) - n :]
+        for v in ins:
+            if v in where and v not in written:
+                problems.append(f"{_at(op)}: reads %{v.name or '?'} before anything wrote it")
+            elif v in clobbered:
+                problems.append(f"{_at(op)}: reads %{v.name or '?'}, but {_at(clobbered[v])} wrote over its bytes")
+            elif v in writer and not clocks.before(writer[v], op):
+                problems.append(f"{_at(op)}: reads %{v.name or '?'} on stream {op.stream} with no event after "
+                                f"{_at(writer[v])} wrote it on stream {writer[v].stream}")
+            readers.setdefault(v, []).append(op)
+        for d, r in zip(dests, op.results):
+            if d not in where:
+                writer[r] = op
+                continue
+            lo, hi = where[d]
+            for v in ins:
+                a, b = where.get(v, (0, 0))
+                if a < hi and lo < b and not ((a, b) == (lo, hi) and _elementwise(module, op)):
+                    problems.append(f"{_at(op)}: writes bytes [{lo}, {hi}) over its own input %{v.name or '?'} "
+                                    f"[{a}, {b}), which only an elementwise kernel may do, element for element")
+            for v, (a, b) in list(where.items()):
+                if v is d or v is r or not (a < hi and lo < b) or v not in written:
+                    continue
+                if v not in clobbered:
+                    clobbered[v] = op
+                for prior in [writer.get(v), *readers.get(v, [])]:
+                    if prior is not None and prior is not op and not clocks.before(prior, op):
+                        problems.append(f"{_at(op)} on stream {op.stream} writes bytes [{lo}, {hi}) that "
+                                        f"{_at(prior)} on stream {prior.stream} uses, with no event between")
+            where[r] = (lo, hi)
+            written.add(r)
+            writer[r] = op
+    return problems
+
+
+def _elementwise(module: Module, op: Op) -> bool:
+    if op.name != "exec.launch" or op.kernel.name not in module:
+        return False
+    return all(k.kind in ("elementwise", "broadcast", "constant") for k in module[op.kernel.name].ops)
+
+
+def _at(op: Op) -> str:
+    name = op.kernel.name if op.name == "exec.launch" else op.name
+    line = f" (line {op.loc.line})" if op.loc is not None and getattr(op.loc, "line", None) else ""
+    return f"launch of @{name}{line}" if op.name == "exec.launch" else f"{name}{line}"
+
+
+class _Clocks:
+    """Vector clocks over streams: `before(a, b)` holds when a is ordered before b (same stream, or an
+    event chain from a's stream to b's)."""
+
+    def __init__(self) -> None:
+        self.stream: dict[int, dict[int, int]] = {}
+        self.events: dict[int, dict[int, int]] = {}
+        self.at: dict[Op, tuple[int, int, dict[int, int]]] = {}
+
+    def step(self, op: Op) -> None:
+        s = op.stream
+        clock = self.stream.setdefault(s, {})
+        clock[s] = clock.get(s, 0) + 1
+        self.at[op] = (s, clock[s], dict(clock))
+
+    def event(self, op: Op) -> None:
+        clock = self.stream.setdefault(op.stream, {})
+        if op.name == "exec.signal":
+            self.events[op.event] = dict(clock)
+        else:
+            for s, t in self.events.get(op.event, {}).items():
+                clock[s] = max(clock.get(s, 0), t)
+
+    def before(self, a: Op, b: Op) -> bool:
+        sa, ta, _ = self.at[a]
+        _, _, cb = self.at[b]
+        return cb.get(sa, 0) >= ta
+
+
+def plan_stats(f: Func) -> dict[str, int]:
+    """The memory figures of a planned function: the arena's size, the bytes every intermediate would take
+    in a buffer of its own, and the largest total of intermediates alive at one step of its order. Sizes
+    count in whole units of the arena's alignment, which every buffer needs."""
+    steps = [op for op in f.ops if op.name in ("exec.launch", "exec.copy")]
+    arena_op = next((op for op in f.ops if op.name == "mem.arena"), None)
+    arena, align = (arena_op.size, arena_op.align) if arena_op is not None else (0, 1)
+    in_arena = {op.result for op in f.ops if op.name == "mem.view"}
+    last: dict[Value, int] = {}
+    for i, op in enumerate(steps):
+        for v in op.operands[: len(op.operands) - len(op.results)]:
+            last[v] = i
+    lts = []
+    for i, op in enumerate(steps):
+        dests = op.operands[len(op.operands) - len(op.results) :]
+        for d, r in zip(dests, op.results):
+            if d in in_arena and r.type.nbytes:
+                lts.append(Lifetime(r, _round(r.type.nbytes, align), i, max(i, last.get(r, i))))
+    return {"arena_bytes": arena, "naive_bytes": sum(lt.size for lt in lts), "lower_bound_bytes": lower_bound(lts)}

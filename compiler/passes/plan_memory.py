@@ -1,0 +1,243 @@
+"""plan-memory: give every intermediate tensor an offset in one arena, and make the kernel calls explicit.
+
+Input: a graph-level function, usually after `fuse` and `schedule` (its ops run in the order written).
+Output: the same function in the `mem`/`exec` dialects:
+
+    %arena = mem.arena {size = 524288} : tensor<524288xi8>
+    %0 = mem.view(%arena) {offset = 0} : tensor<64x1024xf32>
+    %h = exec.launch(%x, %w1, %b1, %0) {kernel = @fused_matmul_add_relu} : tensor<64x1024xf32>
+    %1 = mem.alloc() : tensor<64x10xf32>
+    %y = exec.launch(%h, %w2, %b2, %1) {kernel = @fused_matmul_add} : tensor<64x10xf32>
+    return %y
+
+- Every op that is not already a call of a `kernel` function is outlined into one (`@relu`), so every
+  step is a launch; calls of ordinary functions are inlined first.
+- Lifetimes run from the step that writes a tensor to the last step that reads it
+  (`compiler.memory.lifetimes`); tensors whose lifetimes do not overlap share bytes. Offsets come from
+  best-fit placement over several orders (`compiler.memory.place`), aligned to `align` bytes.
+- In place: a kernel made only of elementwise/broadcast ops writes its output over an input of the same
+  shape and size that dies at it (each output element reads only that input element, at its own index).
+- Arguments and constants stay where they are; each result gets a buffer of its own (`mem.alloc`) that
+  the caller owns, written by the launch that computes it (or `exec.copy` for a returned argument,
+  constant, or a value returned twice).
+The plan is checked (`compiler.memory.check_plan`) before the pass returns.
+Statistics: arena-bytes, naive-bytes (every intermediate its own buffer), lower-bound-bytes, in-place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from compiler.diagnostics import GCError
+from compiler.ir import Func, Module, Op, SymbolRef, Value
+from compiler.memory import Block, check_plan, lifetimes, lower_bound, place
+from compiler.passes import Pass
+from dialects.exec import Copy, Launch
+from dialects.graph.creation import Call
+from dialects.mem import Alloc, Arena, View
+
+IN_PLACE_KINDS = frozenset({"elementwise", "broadcast", "constant"})
+
+
+@dataclass
+class PlanMemory(Pass):
+    name = "plan-memory"
+    summary = "one arena for all intermediates (lifetimes, best-fit offsets, in-place); explicit mem/exec IR"
+    align: int = field(default=64, metadata={"help": "offset alignment in bytes (64 for CPU, 256 for CUDA)"})
+    in_place: bool = field(default=True, metadata={"help": "let elementwise kernels write over a dying input"})
+    concurrent: bool = field(default=False, metadata={
+        "help": "share bytes only between tensors ordered by data dependence, so that independent branches "
+                "may run at once (for assign-streams)"})
+
+    def __post_init__(self) -> None:
+        if self.align < 1 or self.align & (self.align - 1):
+            raise GCError(f"pass 'plan-memory': align must be a power of two, got {self.align}")
+
+    def run(self, module: Module) -> None:
+        taken = set(module.funcs)
+        todo = [f for f in module if not f.attrs.get("kernel") and not is_planned(f)]
+        for f in todo:  # every caller sees its callees as written, before any is planned
+            _inline_calls(module, f)
+        order: list[Func] = []
+        for f in module:
+            order.append(f)
+            if f not in todo:
+                continue
+            kernels = _outline(module, f, taken)
+            order += kernels
+            stats = _plan(module, f, self.align, self.in_place, self.concurrent)
+            self.stats.update(stats)
+        module.funcs = {f.name: f for f in order}
+        for f in module:
+            if is_planned(f):
+                check_plan(module, f)
+
+
+def is_planned(f: Func) -> bool:
+    return any(op.name.startswith(("mem.", "exec.")) for op in f.ops)
+
+
+def _inline_calls(module: Module, f: Func) -> None:
+    """Replace calls of ordinary (non-kernel) functions by copies of their bodies, innermost first."""
+    while True:
+        i = next((i for i, op in enumerate(f.ops) if isinstance(op, Call)
+                  and not module[op.callee.name].attrs.get("kernel")), None)
+        if i is None:
+            return
+        call = f.ops[i]
+        body = module[call.callee.name].clone()
+        env = dict(zip(body.args, call.operands))
+        for op in body.ops:
+            op.operands = [env.get(v, v) for v in op.operands]
+        f.ops[i : i + 1] = body.ops
+        for r, v in zip(call.results, body.results):
+            f.replace_all_uses(r, env.get(v, v))
+
+
+def _outline(module: Module, f: Func, taken: set[str]) -> list[Func]:
+    """Every op that is not a constant or a kernel call becomes a call of a one-op kernel function."""
+    out = []
+    for i, op in enumerate(list(f.ops)):
+        if op.name == "graph.constant" or isinstance(op, Call):
+            continue
+        args = [Value(v.type, v.name) for v in op.operands]
+        name = _unique(op.name.split(".", 1)[-1], taken)
+        k = Func(name, args, [r.type for r in op.results], op.loc)
+        k.attrs = {"kernel": True}
+        moved = type(op)(args, dict(op.attrs), [r.type for r in op.results], op.loc)
+        k.ops = [moved]
+        k.results = list(moved.results)
+        for r, m in zip(op.results, moved.results):
+            m.name = r.name
+        call = Call(list(op.operands), {"callee": SymbolRef(name)}, [r.type for r in op.results], op.loc)
+        for r, c in zip(op.results, call.results):
+            c.name = r.name
+        f.ops[i] = call
+        for r, c in zip(op.results, call.results):
+            f.replace_all_uses(r, c)
+        module.add(k)
+        out.append(k)
+    return out
+
+
+def _unique(name: str, taken: set[str]) -> str:
+    out, n = name, 0
+    while out in taken:
+        n += 1
+        out = f"{name}_{n}"
+    taken.add(out)
+    return out
+
+
+def _plan(module: Module, f: Func, align: int, in_place: bool, concurrent: bool) -> dict[str, int]:
+    steps = [op for op in f.ops if op.name != "graph.constant"]
+    lts = lifetimes(f, steps, align)
+    life = {lt.value: lt for lt in lts}
+    order = _Order(steps) if concurrent else None
+    # Storage blocks: one per tensor, except that an in-place output joins its input's block.
+    block_of: dict[Value, Block] = {}
+    joined = 0
+    for lt in lts:
+        donor = _donor(module, lt.value.owner, life, block_of, order) if in_place else None
+        if donor is not None:
+            b = block_of[donor]
+            b.end = max(b.end, lt.end)
+            b.members.append(lt.value)
+            block_of[lt.value] = b
+            joined += 1
+        else:
+            block_of[lt.value] = Block(lt.size, lt.start, lt.end, members=[lt.value])
+    blocks = list(dict.fromkeys(block_of.values()))
+    size = place(blocks, align, conflict=order.conflict if order else None)
+    _rewrite(f, steps, block_of, size, align)
+    return {"arena-bytes": size, "naive-bytes": sum(lt.size for lt in lts), "lower-bound-bytes": lower_bound(lts),
+            "in-place": joined}
+
+
+class _Order:
+    """The partial order of steps by data dependence: what must finish before what, whatever the streams."""
+
+    def __init__(self, steps: list[Op]):
+        index = {op: i for i, op in enumerate(steps)}
+        self.step = index
+        self.ancestors: list[int] = []  # bitsets of steps
+        for op in steps:
+            bits = 0
+            for v in op.operands:
+                j = index.get(v.owner)
+                if j is not None:
+                    bits |= self.ancestors[j] | 1 << j
+            self.ancestors.append(bits)
+        self.readers: dict[Value, list[int]] = {}
+        for i, op in enumerate(steps):
+            for v in op.operands:
+                self.readers.setdefault(v, []).append(i)
+
+    def done_before(self, v: Value, step: int, but: int | None = None) -> bool:
+        """Every step that writes or reads `v` (but step `but`) finishes before `step` starts, in every run."""
+        return all(j == but or self.ancestors[step] >> j & 1 for j in [self.step[v.owner], *self.readers.get(v, [])])
+
+    def conflict(self, a: Block, b: Block) -> bool:
+        return not (all(self.done_before(u, self.step[v.owner]) for u in a.members for v in b.members)
+                    or all(self.done_before(v, self.step[u.owner]) for u in a.members for v in b.members))
+
+
+def _donor(module: Module, call: Op, life: dict, block_of: dict, order: _Order | None) -> Value | None:
+    """The input an elementwise kernel may write its output over: same shape and bytes, dies here."""
+    kernel = module[call.callee.name]
+    if len(call.results) != 1 or any(op.kind not in IN_PLACE_KINDS for op in kernel.ops):
+        return None
+    out = call.result
+    step = life[out].start
+    for v in call.operands:
+        lt = life.get(v)
+        # Read once (a second read could see the new value), and nothing else in its block lives on.
+        if (lt is not None and lt.end == step and block_of[v].end == step and v.type.shape == out.type.shape
+                and v.type.nbytes == out.type.nbytes and sum(1 for x in call.operands if x is v) == 1
+                and (order is None or all(order.done_before(w, step, but=step) for w in block_of[v].members))):
+            return v
+    return None
+
+
+def _rewrite(f: Func, steps: list[Op], block_of: dict[Value, Block], size: int, align: int) -> None:
+    loc = f.loc
+    consts = [op for op in f.ops if op.name == "graph.constant"]
+    arena = Arena([], {"size": size, "align": align}, None, loc)
+    arena.result.name = "arena"
+    ops: list[Op] = [*consts, arena]
+    returned_first: dict[Value, int] = {}
+    for i, v in enumerate(f.results):
+        returned_first.setdefault(v, i)
+    repl: dict[Value, Value] = {}
+    for step in steps:
+        dests: list[Value] = []
+        for r in step.results:
+            if r in block_of:
+                view = View([arena.result], {"offset": block_of[r].offset}, [r.type], step.loc)
+            else:
+                view = Alloc([], {}, [r.type], step.loc)
+            ops.append(view)
+            dests.append(view.result)
+        ins = [repl.get(v, v) for v in step.operands]
+        launch = Launch([*ins, *dests], {"kernel": SymbolRef(step.callee.name)}, [r.type for r in step.results], step.loc)
+        ops.append(launch)
+        for r, new in zip(step.results, launch.results):
+            new.name = r.name
+            repl[r] = new
+    f.ops = ops
+    f.results = [repl.get(v, v) for v in f.results]
+    produced = {r for op in ops if isinstance(op, Launch) for r in op.results}
+    seen: set[Value] = set()
+    results = []
+    for v in f.results:
+        if v in produced and v not in seen:
+            seen.add(v)
+            results.append(v)
+            continue
+        # A returned argument or constant, or a value returned twice: the caller gets a buffer of its own.
+        buf = Alloc([], {}, [v.type], f.return_loc or loc)
+        cp = Copy([v, buf.result], {}, None, f.return_loc or loc)
+        f.ops += [buf, cp]
+        results.append(cp.result)
+    f.results = results
+

@@ -1,0 +1,160 @@
+"""schedule: choose the execution order of a function's kernels to keep peak live memory low.
+
+Any topological order computes the same values; they differ in how many intermediates are alive at
+once (`compiler.memory.lower_bound`). Policies:
+- `memory` (default): a list scheduler. Among the ready kernels it runs the one that grows live memory
+  least (its outputs minus the inputs it is the last reader of), earliest in file order on ties; a
+  kernel that frees more than it allocates goes first. The result is kept only if its peak beats
+  file order's, so the pass never makes things worse.
+- `exact`: for functions of at most `exact-limit` kernels, a best-first search over the sets of kernels
+  already run (a set fixes what is alive) finds an order of minimum peak; larger functions fall back
+  to `memory`.
+- `file`: keep the order as written (reports the peak only).
+
+Constants move to the top (they are not steps). Kernel functions are not reordered inside.
+Statistics: peak-bytes-file-order and peak-bytes-chosen, summed over functions.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+from compiler.diagnostics import GCError
+from compiler.ir import Func, Module, Op, Value
+from compiler.memory import peak_bytes
+from compiler.passes import Pass
+
+POLICIES = ("memory", "exact", "file")
+MAX_STATES = 200_000  # exact search gives up (and schedules greedily) beyond this many sets
+
+
+@dataclass
+class Schedule(Pass):
+    name = "schedule"
+    summary = "order kernels to keep peak live memory low (memory-aware list scheduling, or exact search)"
+    policy: str = field(default="memory", metadata={"help": "memory | exact | file"})
+    exact_limit: int = field(default=16, metadata={"help": "the most kernels `exact` searches; more fall back"})
+    align: int = field(default=64, metadata={"help": "tensor sizes count in units of this many bytes (as planned)"})
+
+    def __post_init__(self) -> None:
+        if self.policy not in POLICIES:
+            raise GCError(f"pass 'schedule': unknown policy '{self.policy}' (policies: {', '.join(POLICIES)})")
+
+    def run(self, module: Module) -> None:
+        for f in module:
+            if f.attrs.get("kernel") or any(op.name.startswith(("mem.", "exec.")) for op in f.ops):
+                continue
+            before = peak_bytes(f, align=self.align)
+            order = choose_order(f, self.policy, self.exact_limit, self.align)
+            after = peak_bytes(f, order, self.align)
+            if after < before:
+                consts = [op for op in f.ops if op.name == "graph.constant"]
+                self.stats["ops-moved"] += sum(a is not b for a, b in zip(consts + order, f.ops))
+                f.ops = consts + order
+            else:
+                after = before
+            self.stats["peak-bytes-file-order"] += before
+            self.stats["peak-bytes-chosen"] += after
+
+
+def choose_order(f: Func, policy: str = "memory", exact_limit: int = 16, align: int = 64) -> list[Op]:
+    """A topological order of `f`'s kernels (non-constant ops) under `policy`."""
+    g = _Graph(f, align)
+    if policy == "file":
+        return list(g.ops)
+    if policy == "exact" and len(g.ops) <= exact_limit:
+        return g.exact()
+    return g.greedy()
+
+
+class _Graph:
+    """Kernels, their dependences and the bytes each allocates and frees."""
+
+    def __init__(self, f: Func, align: int):
+        self.ops = [op for op in f.ops if op.name != "graph.constant"]
+        index = {op: i for i, op in enumerate(self.ops)}
+        returned = set(f.results)
+        self.preds: list[set[int]] = [set() for _ in self.ops]
+        self.succs: list[set[int]] = [set() for _ in self.ops]
+        consumers: dict[Value, set[int]] = {}
+        for i, op in enumerate(self.ops):
+            for v in op.operands:
+                if v.owner in index:
+                    self.preds[i].add(index[v.owner])
+                    self.succs[index[v.owner]].add(i)
+                consumers.setdefault(v, set()).add(i)
+        # Tensors that count: intermediates (results the function does not return), by producer.
+        self.tensors: list[tuple[int, int, frozenset[int]]] = []  # (producer, bytes, consumers)
+        for i, op in enumerate(self.ops):
+            for r in op.results:
+                if r not in returned and r.type.nbytes > 0:
+                    size = -(-r.type.nbytes // align) * align
+                    self.tensors.append((i, size, frozenset(consumers.get(r, ()))))
+        self.out_bytes = [0] * len(self.ops)
+        self.reads: list[list[int]] = [[] for _ in self.ops]  # tensor ids each op reads
+        for t, (p, size, cons) in enumerate(self.tensors):
+            self.out_bytes[p] += size
+            for c in cons:
+                self.reads[c].append(t)
+
+    def greedy(self) -> list[Op]:
+        n = len(self.ops)
+        waiting = [len(p) for p in self.preds]
+        left = [len(c) for _, _, c in self.tensors]
+        ready = [i for i in range(n) if waiting[i] == 0]
+        order: list[int] = []
+        while ready:
+            def cost(i: int) -> tuple[int, int]:
+                freed = sum(self.tensors[t][1] for t in self.reads[i] if left[t] == 1)
+                return self.out_bytes[i] - freed, i
+
+            i = min(ready, key=cost)
+            ready.remove(i)
+            order.append(i)
+            for t in set(self.reads[i]):
+                left[t] -= 1
+            for s in self.succs[i]:
+                waiting[s] -= 1
+                if waiting[s] == 0:
+                    ready.append(s)
+        return [self.ops[i] for i in order]
+
+    def exact(self) -> list[Op]:
+        """Minimum-peak order: best-first over sets of run kernels, ordered by the peak so far."""
+        n = len(self.ops)
+        preds = [sum(1 << p for p in ps) for ps in self.preds]
+        full = (1 << n) - 1
+
+        def alive(done: int) -> int:
+            total = 0
+            for p, size, cons in self.tensors:
+                if done >> p & 1 and any(not done >> c & 1 for c in cons):
+                    total += size
+            return total
+
+        expanded = 0
+        start = (0, 0, 0, ())
+        heap = [start]
+        best: dict[int, int] = {0: 0}
+        while heap:
+            peak, _, done, path = heapq.heappop(heap)
+            if done == full:
+                return [self.ops[i] for i in path]
+            if best.get(done, peak) < peak:
+                continue
+            expanded += 1
+            if expanded > MAX_STATES:
+                return self.greedy()
+            base = alive(done)
+            for i in range(n):
+                if done >> i & 1 or preds[i] & ~done:
+                    continue
+                nxt = done | 1 << i
+                # During step i its inputs are still alive (counted in base) and its outputs are too.
+                during = base + self.out_bytes[i]
+                new_peak = max(peak, during)
+                if new_peak < best.get(nxt, 1 << 62):
+                    best[nxt] = new_peak
+                    heapq.heappush(heap, (new_peak, -len(path) - 1, nxt, path + (i,)))
+        raise AssertionError("no topological order: the function has a cycle")

@@ -1,0 +1,99 @@
+"""The `mem` dialect: where tensors live once memory is planned.
+
+After `plan-memory`, every intermediate tensor of a function is a view into one arena at a fixed,
+aligned offset; the function's results get buffers of their own (`mem.alloc`), which the caller owns.
+Arguments and constants stay where they are.
+
+    %arena = mem.arena {size = 524288} : tensor<524288xi8>
+    %t = mem.view(%arena) {offset = 262144} : tensor<64x1024xf32>
+    %out = mem.alloc : tensor<64x10xf32>
+
+On the reference interpreter the arena is one NumPy byte array and views alias it, so a plan that lets
+two live tensors overlap computes wrong numbers there too.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from compiler.ir import Dialect, DType, Module, Op, TensorType, attribute, operand
+
+
+class Arena(Op, name="mem.arena"):
+    """One block of bytes for all intermediates:  %arena = mem.arena {size = 4096} : tensor<4096xi8>"""
+
+    pure = False  # a fresh block each time: two arenas are never one
+    size = attribute(int, doc="bytes")
+    align = attribute(int, 64, doc="every view's offset is a multiple of it (64 for CPU vectors, 256 for CUDA)")
+
+    def infer(self) -> TensorType:
+        if self.size < 0:
+            raise self.error(f"size must be non-negative, got {self.size}")
+        if self.align < 1 or self.align & (self.align - 1):
+            raise self.error(f"align must be a power of two, got {self.align}")
+        return TensorType((self.size,), DType.i8)
+
+    def interpret(self, module: Module, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        # 0xFF bytes are NaN in every float type: a read before its write shows up in the results.
+        raw = np.full(self.size + self.align, 0xFF, np.uint8)
+        start = -raw.ctypes.data % self.align
+        return [raw[start : start + self.size].view(np.int8)]
+
+    def flops(self) -> int:
+        return 0
+
+
+class View(Op, name="mem.view"):
+    """A tensor at a byte offset in the arena:  %t = mem.view(%arena) {offset = 256} : tensor<8x8xf32>"""
+
+    arena = operand()
+    offset = attribute(int, doc="bytes from the arena's start")
+
+    def infer(self, arena: TensorType) -> TensorType:
+        t = _written_type(self)
+        if arena.rank != 1 or arena.dtype != DType.i8:
+            raise self.error(f"operand must be an arena (tensor<Nxi8>), got {arena}")
+        if self.offset < 0 or self.offset + t.nbytes > arena.shape[0]:
+            raise self.error(f"bytes [{self.offset}, {self.offset + t.nbytes}) of {t} lie outside the "
+                             f"{arena.shape[0]}-byte arena")
+        owner = self.operands[0].owner
+        align = owner.align if isinstance(owner, Arena) else 1
+        if self.offset % align:
+            raise self.error(f"offset {self.offset} is not a multiple of the arena's alignment {align}")
+        return t
+
+    def interpret(self, module: Module, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        t = self.result.type
+        raw = arrays[0].view(np.uint8)[self.offset : self.offset + t.nbytes]
+        return [raw.view(t.dtype.np).reshape(t.shape)]
+
+    def flops(self) -> int:
+        return 0
+
+
+class Alloc(Op, name="mem.alloc"):
+    """A buffer of its own, outside the arena (a function result):  %r = mem.alloc : tensor<64x10xf32>"""
+
+    pure = False
+
+    def infer(self) -> TensorType:
+        return _written_type(self)
+
+    def interpret(self, module: Module, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        t = self.result.type
+        return [np.full(t.shape, np.nan if t.dtype.is_float else 0).astype(t.dtype.np)]
+
+    def flops(self) -> int:
+        return 0
+
+
+def _written_type(op: Op) -> TensorType:
+    """Views and allocations say their type; nothing else determines it."""
+    types = [r.type for r in getattr(op, "results", [None])]
+    if len(types) != 1 or types[0] is None:
+        raise op.error("write the result type, e.g. `: tensor<64x1024xf32>`")
+    return types[0]
+
+
+OPS = [Arena, View, Alloc]
+MEM = Dialect("mem", OPS)

@@ -1,0 +1,429 @@
+"""Scheduling and memory planning: execution order, the arena plan, the plan checker, streams.
+
+The oracle is the reference interpreter running the planned module inside one NumPy arena (views
+alias it; the arena starts filled with NaN bytes), so a plan that lets two live tensors overlap, or
+reads a tensor before it is written, changes the numbers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from strategies import modules
+
+from compiler.diagnostics import GCError
+from compiler.inputs import random_inputs
+from compiler.interpreter import run
+from compiler.ir import Module
+from compiler.memory import Block, check_plan, lower_bound, peak_bytes, place, plan_stats
+from compiler.parser import parse, parse_file
+from compiler.passes.schedule import choose_order
+from compiler.pipeline import run_pipeline
+from compiler.printer import print_module
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "examples").glob("*.gir"))
+GRAPH = "canonicalize,cse,dce,fuse"
+
+
+def planned(module: Module, pipeline: str) -> Module:
+    """`module` through `pipeline`, printed and parsed back (the planned stage is textual IR too)."""
+    run_pipeline(module, pipeline)
+    text = print_module(module)
+    again = parse(text, "planned.gir")
+    assert print_module(again) == text
+    return again
+
+
+def same_outputs(a: list[np.ndarray], b: list[np.ndarray]) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b):
+        assert x.dtype == y.dtype and x.shape == y.shape
+        np.testing.assert_array_equal(x, y)
+
+
+def close(a: np.ndarray, b: np.ndarray) -> None:
+    """Equal up to the last bit or two: NumPy's float reductions round differently at different pointer
+    alignments, and arena views are 64-byte aligned where the plain interpreter's arrays are not."""
+    assert a.dtype == b.dtype and a.shape == b.shape
+    if a.dtype.kind == "f" or a.dtype.itemsize == 2 and a.dtype.kind == "V":
+        np.testing.assert_allclose(b.astype(np.float64), a.astype(np.float64), rtol=1e-5, atol=1e-6, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(a, b)
+
+
+# --- every example: sound plans, the same numbers, the targets -----------------------------------
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
+def test_planned_example_runs_in_one_arena_and_matches_the_interpreter(path: Path, fused: bool) -> None:
+    m = parse_file(path)
+    inputs = random_inputs(m["main"], 0, m)
+    expected = run(m, inputs)
+    graph = parse_file(path)
+    if fused:
+        run_pipeline(graph, GRAPH)
+    file_order = peak_bytes(graph["main"], align=64)
+    p = planned(graph, "schedule,plan-memory")
+    check_plan(p, p["main"])
+    same_outputs(expected, run(p, inputs))
+    stats = plan_stats(p["main"])
+    assert stats["lower_bound_bytes"] <= file_order
+    assert stats["arena_bytes"] <= 1.05 * stats["lower_bound_bytes"]
+    assert stats["arena_bytes"] <= stats["naive_bytes"]
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_streams_keep_the_plan_sound_and_the_numbers(path: Path) -> None:
+    m = parse_file(path)
+    inputs = random_inputs(m["main"], 0, m)
+    expected = run(m, inputs)
+    p = planned(parse_file(path), GRAPH + ",schedule,plan-memory{concurrent=true},assign-streams")
+    check_plan(p, p["main"])
+    same_outputs(expected, run(p, inputs))
+
+
+def test_inception_towers_run_on_four_streams_and_never_share_bytes() -> None:
+    p = planned(parse_file(ROOT / "examples/inception.gir"), GRAPH + ",schedule,plan-memory{concurrent=true},assign-streams")
+    launches = [op for op in p["main"].ops if op.name == "exec.launch"]
+    assert {op.stream for op in launches} == {0, 1, 2, 3}
+    # Each tower is one stream; the concat waits for the other three.
+    concat = next(op for op in launches if op.kernel.name == "concat")
+    ops = p["main"].ops
+    waits = [op for op in ops[: ops.index(concat)] if op.name == "exec.wait" and op.stream == concat.stream]
+    assert len(waits) >= 3
+    views = {op.result: (op.offset, op.offset + op.result.type.nbytes) for op in ops if op.name == "mem.view"}
+    towers = [[v for v in op.operands if v.owner in launches] for op in [concat]][0]
+    spans = [views[op.operands[-1]] for op in launches if op.stream != concat.stream or op is not concat]
+    assert len(towers) == 4 and all(a[1] <= b[0] or b[1] <= a[0] for i, a in enumerate(spans[:4]) for b in spans[i + 1 : 4])
+
+
+def test_serial_plan_of_inception_reuses_bytes_the_concurrent_one_cannot() -> None:
+    serial = planned(parse_file(ROOT / "examples/inception.gir"), GRAPH + ",schedule,plan-memory")
+    conc = planned(parse_file(ROOT / "examples/inception.gir"), GRAPH + ",schedule,plan-memory{concurrent=true}")
+    s, c = plan_stats(serial["main"]), plan_stats(conc["main"])
+    assert s["arena_bytes"] < c["arena_bytes"] <= c["naive_bytes"]
+
+
+# --- random DAGs ----------------------------------------------------------------------------------
+
+SETTINGS = settings(max_examples=150, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much])
+
+
+@SETTINGS
+@given(modules(max_ops=14, max_args=3), st.booleans(), st.sampled_from(["memory", "exact", "file"]))
+def test_random_dags_plan_soundly_within_5_percent_of_the_lower_bound(m: Module, fuse: bool, policy: str) -> None:
+    inputs = random_inputs(m["main"], 1, m)
+    with np.errstate(all="ignore"):
+        expected = run(m, inputs)
+    if fuse:
+        run_pipeline(m, "fuse")
+    file_order = peak_bytes(m["main"], align=64)
+    p = planned(m, f"schedule{{policy={policy}}},plan-memory")
+    check_plan(p, p["main"])
+    stats = plan_stats(p["main"])
+    assert stats["lower_bound_bytes"] <= file_order
+    assert stats["arena_bytes"] <= 1.05 * stats["lower_bound_bytes"]
+    with np.errstate(all="ignore"):
+        got = run(p, inputs)
+    for a, b in zip(expected, got):
+        close(a, b)
+
+
+@SETTINGS
+@given(modules(max_ops=12, max_args=3))
+def test_random_dags_on_streams_stay_sound(m: Module) -> None:
+    inputs = random_inputs(m["main"], 2, m)
+    with np.errstate(all="ignore"):
+        expected = run(m, inputs)
+    p = planned(m, "schedule,plan-memory{concurrent=true},assign-streams{max-streams=3}")
+    check_plan(p, p["main"])
+    with np.errstate(all="ignore"):
+        got = run(p, inputs)
+    for a, b in zip(expected, got):
+        close(a, b)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(modules(max_ops=10, max_args=2))
+def test_exact_order_is_never_worse_than_greedy_or_file_order(m: Module) -> None:
+    f = m["main"]
+    exact = peak_bytes(f, choose_order(f, "exact", 16, 1))
+    assert exact <= peak_bytes(f, choose_order(f, "memory", align=1))
+    assert exact <= peak_bytes(f)
+
+
+# --- the scheduler on a graph where file order is bad ---------------------------------------------
+
+# Two branches from %x; written so that both big intermediates are alive at once. Running the first
+# branch to its (small) end before starting the second halves the peak.
+BRANCHES = """func @main(%x: tensor<256x256xf32>) -> tensor<f32> {
+  %a1 = graph.exp(%x) : tensor<256x256xf32>
+  %b1 = graph.tanh(%x) : tensor<256x256xf32>
+  %a2 = graph.reduce_sum(%a1) : tensor<f32>
+  %b2 = graph.reduce_sum(%b1) : tensor<f32>
+  %y = graph.add(%a2, %b2) : tensor<f32>
+  return %y
+}
+"""
+
+
+@pytest.mark.parametrize("policy", ["memory", "exact"])
+def test_schedule_finishes_a_branch_before_starting_the_next(policy: str) -> None:
+    m = parse(BRANCHES, "b.gir")
+    before = peak_bytes(m["main"], align=64)
+    run_pipeline(m, f"schedule{{policy={policy}}}")
+    after = peak_bytes(m["main"], align=64)
+    assert (before, after) == (2 * 256 * 256 * 4 + 64, 256 * 256 * 4 + 64 + 64)
+    assert [op.name for op in m["main"].ops][:2] in (["graph.exp", "graph.reduce_sum"], ["graph.tanh", "graph.reduce_sum"])
+
+
+def test_schedule_policy_file_keeps_the_order() -> None:
+    m = parse(BRANCHES, "b.gir")
+    run_pipeline(m, "schedule{policy=file}")
+    assert print_module(m) == print_module(parse(BRANCHES, "b.gir"))
+
+
+def test_unknown_schedule_policy_is_an_error() -> None:
+    with pytest.raises(GCError, match="unknown policy 'fastest'"):
+        run_pipeline(parse(BRANCHES, "b.gir"), "schedule{policy=fastest}")
+
+
+# --- placement ------------------------------------------------------------------------------------
+
+
+def test_place_shares_bytes_between_blocks_never_alive_together() -> None:
+    blocks = [Block(1000, 0, 1), Block(1000, 1, 2), Block(1000, 2, 3), Block(64, 0, 3)]
+    size = place(blocks, 64)
+    assert size == lower_bound([Block(1024, b.start, b.end) for b in blocks[:3]] + [blocks[3]])
+    for i, a in enumerate(blocks):
+        for b in blocks[i + 1 :]:
+            if a.start <= b.end and b.start <= a.end:
+                assert a.offset + a.size <= b.offset or b.offset + b.size <= a.offset
+    assert all(b.offset % 64 == 0 for b in blocks)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 5000), st.integers(0, 20), st.integers(0, 6)), min_size=1, max_size=30),
+       st.sampled_from([1, 64, 256]))
+def test_place_never_overlaps_live_blocks_and_stays_aligned(spec, align: int) -> None:
+    blocks = [Block(size, start, start + length) for size, start, length in spec]
+    arena = place(blocks, align)
+    for i, a in enumerate(blocks):
+        assert a.offset % align == 0 and a.offset + a.size <= arena
+        for b in blocks[i + 1 :]:
+            if a.start <= b.end and b.start <= a.end:
+                assert a.offset + a.size <= b.offset or b.offset + b.size <= a.offset
+    assert arena >= lower_bound(blocks)
+
+
+# --- in place -------------------------------------------------------------------------------------
+
+
+def test_elementwise_kernel_writes_over_its_dying_input() -> None:
+    src = """func @main(%x: tensor<64x64xf32>, %w: tensor<64x64xf32>) -> tensor<f32> {
+  %h = graph.matmul(%x, %w) : tensor<64x64xf32>
+  %e = graph.exp(%h) : tensor<64x64xf32>
+  %t = graph.tanh(%e) : tensor<64x64xf32>
+  %s = graph.reduce_sum(%t) : tensor<f32>
+  return %s
+}
+"""
+    m = parse(src, "x.gir")
+    inputs = random_inputs(m["main"], 0, m)
+    p = planned(m, "plan-memory")
+    views = [op for op in p["main"].ops if op.name == "mem.view"]
+    assert [v.offset for v in views] == [0, 0, 0]  # h, e, t: one block, each written over the last
+    assert plan_stats(p["main"])["arena_bytes"] == 64 * 64 * 4
+    np.testing.assert_array_equal(run(p, inputs)[0], run(parse(src, "x.gir"), inputs)[0])
+    off = planned(parse(src, "x.gir"), "plan-memory{in-place=false}")
+    assert plan_stats(off["main"])["arena_bytes"] == 2 * 64 * 64 * 4
+
+
+def test_no_in_place_over_an_input_read_later() -> None:
+    src = """func @main(%x: tensor<64xf32>) -> tensor<64xf32> {
+  %a = graph.exp(%x) : tensor<64xf32>
+  %b = graph.tanh(%a) : tensor<64xf32>
+  %c = graph.add(%a, %b) : tensor<64xf32>
+  return %c
+}
+"""
+    p = planned(parse(src, "x.gir"), "plan-memory")
+    views = {op.result.name: op.offset for op in p["main"].ops if op.name == "mem.view"}
+    assert len(set(views.values())) == 2  # %a lives on past tanh: tanh cannot write over it
+
+
+# --- results, arguments, constants ----------------------------------------------------------------
+
+
+def test_results_get_buffers_of_their_own_and_returned_arguments_are_copied() -> None:
+    src = """func @main(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xf32>, tensor<2xf32>) {
+  %c = graph.constant {value = dense<[1.0, 2.0]> : tensor<2xf32>} : tensor<2xf32>
+  %y = graph.relu(%x) : tensor<4xf32>
+  return %y, %y, %x, %c
+}
+"""
+    m = parse(src, "x.gir")
+    p = planned(m, "plan-memory")
+    names = [op.name for op in p["main"].ops]
+    assert names.count("mem.alloc") == 4 and names.count("exec.copy") == 3 and "mem.view" not in names
+    x = np.array([-1, 2, -3, 4], np.float32)
+    out = run(p, [x])
+    same_outputs(run(parse(src, "x.gir"), [x]), out)
+    assert len({id(o) for o in out}) == 4
+
+
+# --- the plan checker catches broken plans --------------------------------------------------------
+
+KERNELS = """
+func @ex(%a: tensor<16xf32>) -> tensor<16xf32> attributes {kernel = true} {
+  %r = graph.exp(%a) : tensor<16xf32>
+  return %r
+}
+func @sum(%a: tensor<16xf32>, %b: tensor<16xf32>) -> tensor<16xf32> attributes {kernel = true} {
+  %r = graph.add(%a, %b) : tensor<16xf32>
+  return %r
+}
+func @rev(%a: tensor<16xf32>) -> tensor<16xf32> attributes {kernel = true} {
+  %r = graph.slice(%a) {starts = [15], ends = [-17], steps = [-1]} : tensor<16xf32>
+  return %r
+}
+"""
+
+
+def broken(body: str, size: int = 256, align: int = 64) -> str:
+    return KERNELS + f"""func @main(%x: tensor<16xf32>) -> tensor<16xf32> {{
+  %arena = mem.arena {{size = {size}, align = {align}}} : tensor<{size}xi8>
+{body}
+}}
+"""
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        # %a and %b alive together at the same bytes: b's launch writes over a, which sum reads later.
+        ("""  %0 = mem.view(%arena) {offset = 0} : tensor<16xf32>
+  %a = exec.launch(%x, %0) {kernel = @ex} : tensor<16xf32>
+  %1 = mem.view(%arena) {offset = 0} : tensor<16xf32>
+  %b = exec.launch(%x, %1) {kernel = @ex} : tensor<16xf32>
+  %2 = mem.alloc() : tensor<16xf32>
+  %c = exec.launch(%a, %b, %2) {kernel = @sum} : tensor<16xf32>
+  return %c""", "reads %a, but launch of @ex"),
+        # Read of a view nothing wrote.
+        ("""  %0 = mem.view(%arena) {offset = 0} : tensor<16xf32>
+  %1 = mem.alloc() : tensor<16xf32>
+  %c = exec.launch(%0, %1) {kernel = @ex} : tensor<16xf32>
+  return %c""", "reads %0 before anything wrote it"),
+        # Writing over its own input is only for elementwise kernels, element for element.
+        ("""  %0 = mem.view(%arena) {offset = 0} : tensor<16xf32>
+  %a = exec.launch(%x, %0) {kernel = @ex} : tensor<16xf32>
+  %1 = mem.view(%arena) {offset = 0} : tensor<16xf32>
+  %b = exec.launch(%a, %1) {kernel = @rev} : tensor<16xf32>
+  %2 = mem.alloc() : tensor<16xf32>
+  %c = exec.launch(%b, %2) {kernel = @ex} : tensor<16xf32>
+  return %c""", "writes bytes [0, 64) over its own input %a"),
+        # Two streams touch the same bytes with no event between them.
+        ("""  %0 = mem.view(%arena) {offset = 0} : tensor<16xf32>
+  %a = exec.launch(%x, %0) {kernel = @ex} : tensor<16xf32>
+  %2 = mem.alloc() : tensor<16xf32>
+  %c = exec.launch(%a, %2) {kernel = @ex, stream = 1} : tensor<16xf32>
+  return %c""", "with no event after launch of @ex"),
+    ],
+    ids=["overlap", "read-before-write", "not-elementwise-in-place", "stream-race"],
+)
+def test_plan_checker_reports_unsound_plans(body: str, message: str) -> None:
+    m = parse(broken(body), "broken.gir")
+    with pytest.raises(GCError, match="unsound plan") as e:
+        check_plan(m, m["main"])
+    assert message in str(e.value)
+
+
+def test_plan_checker_accepts_the_same_plan_with_an_event() -> None:
+    m = parse(broken("""  %0 = mem.view(%arena) {offset = 0} : tensor<16xf32>
+  %a = exec.launch(%x, %0) {kernel = @ex} : tensor<16xf32>
+  exec.signal {event = 0, stream = 0}
+  exec.wait {event = 0, stream = 1}
+  %2 = mem.alloc() : tensor<16xf32>
+  %c = exec.launch(%a, %2) {kernel = @ex, stream = 1} : tensor<16xf32>
+  return %c"""), "ok.gir")
+    check_plan(m, m["main"])
+
+
+def test_overlapping_plan_computes_wrong_numbers_on_the_interpreter_too() -> None:
+    """The interpreter is a faithful oracle for plans: aliasing views really alias."""
+    m = parse(broken("""  %0 = mem.view(%arena) {offset = 0} : tensor<16xf32>
+  %a = exec.launch(%x, %0) {kernel = @ex} : tensor<16xf32>
+  %1 = mem.view(%arena) {offset = 0} : tensor<16xf32>
+  %b = exec.launch(%a, %1) {kernel = @ex} : tensor<16xf32>
+  %2 = mem.alloc() : tensor<16xf32>
+  %c = exec.launch(%a, %b, %2) {kernel = @sum} : tensor<16xf32>
+  return %c"""), "x.gir")
+    x = np.linspace(-1, 1, 16, dtype=np.float32)
+    got = run(m, [x])[0]
+    right = np.exp(x) + np.exp(np.exp(x))
+    assert not np.allclose(got, right)
+    np.testing.assert_allclose(got, 2 * np.exp(np.exp(x)), rtol=1e-6)
+
+
+@pytest.mark.parametrize(
+    "body, message",
+    [
+        ("  %0 = mem.view(%arena) {offset = 32} : tensor<16xf32>\n  return %x", "offset 32 is not a multiple of"),
+        ("  %0 = mem.view(%arena) {offset = 256} : tensor<16xf32>\n  return %x", "lie outside the 256-byte arena"),
+        ("  %0 = mem.view(%arena) {offset = 0} : tensor<16xf32>\n  %a = exec.launch(%x, %0) {kernel = @sum} : tensor<16xf32>\n"
+         "  return %a", "@sum takes 2 input(s), got 1"),
+        ("  %0 = mem.view(%arena) {offset = 0} : tensor<16xf32>\n  %a = exec.launch(%x, %0) {kernel = @nope} : tensor<16xf32>\n"
+         "  return %a", "unknown kernel @nope"),
+        ("  %0 = mem.view(%arena) {offset = 0}\n  return %x", "write the result type"),
+    ],
+    ids=["misaligned", "out-of-bounds", "arity", "unknown-kernel", "untyped-view"],
+)
+def test_mem_exec_user_mistakes_are_diagnostics(body: str, message: str) -> None:
+    with pytest.raises(GCError) as e:
+        parse(broken(body), "bad.gir")
+    assert message in str(e.value) and "bad.gir:" in str(e.value)
+
+
+# --- the command line and the compiled model ------------------------------------------------------
+
+
+def test_gc_compile_stats_report_the_plan_and_gc_stats_prints_them(tmp_path: Path, capsys) -> None:
+    import json
+
+    from compiler.cli import main
+
+    stats = tmp_path / "s.json"
+    assert main(["compile", str(ROOT / "examples/transformer.gir"), "-o", str(tmp_path / "t.gcpkg"), "--stats", str(stats)]) == 0
+    s = json.loads(stats.read_text())
+    assert s["lower_bound_bytes"] <= s["arena_bytes"] <= 1.05 * s["lower_bound_bytes"] < s["naive_bytes"]
+    assert s["lower_bound_bytes"] <= s["file_order_lower_bound_bytes"]
+    capsys.readouterr()
+    assert main(["stats", str(stats)]) == 0
+    out = capsys.readouterr().out
+    assert f"{s['arena_bytes']:,}" in out and "arena / lower bound" in out and "kernels, in order:" in out
+    assert main(["stats", str(ROOT / "examples/transformer.gir"), "-O2"]) == 0
+    assert f"{s['arena_bytes']:,}" in capsys.readouterr().out  # the same plan without compiling
+
+
+def test_compiled_model_runs_every_intermediate_inside_one_arena() -> None:
+    import compiler
+
+    m = compiler.compile(ROOT / "examples/cnn.gir", "llvm")
+    kinds = [b["kind"] for b in m.plan["buffers"]]
+    assert kinds.count("arena") == 1 and "view" in kinds
+    arena = next(b for b in m.plan["buffers"] if b["kind"] == "arena")
+    views = [b for b in m.plan["buffers"] if b["kind"] == "view"]
+    assert all(b["offset"] % 64 == 0 for b in views) and arena["size"] == m.plan["memory"]["arena_bytes"]
+    assert kinds.count("temp") == len(m.plan["results"])  # the results' own buffers, nothing else
+    src = parse_file(ROOT / "examples/cnn.gir")
+    inputs = random_inputs(src["main"], 3, src)
+    expected = run(src, inputs)
+    for _ in range(2):  # a second call reuses the arena: nothing of the first call may leak into it
+        np.testing.assert_allclose(m(**inputs)[0], expected[0], rtol=1e-4, atol=1e-5)

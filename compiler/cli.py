@@ -124,8 +124,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--params", metavar="W.npz", help="bind these arguments as constants (weights) at compile time")
     c.add_argument("--entry", default="main", metavar="NAME", help="the function to compile (default: main)")
     c.add_argument("--stats", metavar="STATS.json", help="write compile statistics (memory, kernels, time) as JSON")
-    c.add_argument("--emit", choices=["gir", "tir", "llvm", "cuda", "asm"],
-                   help="print this stage to stdout instead of writing an artifact")
+    c.add_argument("--emit", choices=["gir", "plan", "tir", "llvm", "cuda", "asm"],
+                   help="print this stage to stdout instead of writing an artifact: gir (after the graph passes), "
+                   "plan (memory planned: mem/exec IR), tir, llvm, cuda, asm")
     c.add_argument("-p", "--pipeline", default=None, metavar="PIPELINE",
                    help="graph passes before codegen (default: the compile pipeline, -O2 plus folding bound weights)")
     c.set_defaults(func=cmd_compile)
@@ -446,7 +447,7 @@ def cmd_compile(args) -> int:
     import json
     import time
 
-    from compiler.codegen.build import PIPELINE, bind_params, build
+    from compiler.codegen.build import PIPELINE, bind_params, build, plan_module
     from compiler.inputs import load_npz
     from compiler.parser import parse
     from compiler.pipeline import run_pipeline
@@ -461,7 +462,9 @@ def cmd_compile(args) -> int:
     if args.params:
         bind_params(module, args.entry, load_npz(args.params))
     run_pipeline(module, PIPELINE if args.pipeline is None else args.pipeline)
-    if args.emit == "gir":
+    if args.emit in ("gir", "plan"):
+        if args.emit == "plan":
+            plan_module(module, args.target, args.entry)
         sys.stdout.write(print_module(module))
         return 0
     model = build(module, args.target, entry=args.entry, arch=args.arch)

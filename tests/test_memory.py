@@ -117,7 +117,7 @@ SETTINGS = settings(max_examples=150, deadline=None,
 
 
 @SETTINGS
-@given(modules(max_ops=14, max_args=3), st.booleans(), st.sampled_from(["memory", "exact", "file"]))
+@given(modules(max_ops=14, max_args=3), st.booleans(), st.sampled_from(["auto", "greedy", "exact", "file"]))
 def test_random_dags_plan_soundly_within_5_percent_of_the_lower_bound(m: Module, fuse: bool, policy: str) -> None:
     inputs = random_inputs(m["main"], 1, m)
     with np.errstate(all="ignore"):
@@ -155,7 +155,7 @@ def test_random_dags_on_streams_stay_sound(m: Module) -> None:
 def test_exact_order_is_never_worse_than_greedy_or_file_order(m: Module) -> None:
     f = m["main"]
     exact = peak_bytes(f, choose_order(f, "exact", 16, 1))
-    assert exact <= peak_bytes(f, choose_order(f, "memory", align=1))
+    assert exact <= peak_bytes(f, choose_order(f, "greedy", align=1))
     assert exact <= peak_bytes(f)
 
 
@@ -174,7 +174,7 @@ BRANCHES = """func @main(%x: tensor<256x256xf32>) -> tensor<f32> {
 """
 
 
-@pytest.mark.parametrize("policy", ["memory", "exact"])
+@pytest.mark.parametrize("policy", ["auto", "greedy", "exact"])
 def test_schedule_finishes_a_branch_before_starting_the_next(policy: str) -> None:
     m = parse(BRANCHES, "b.gir")
     before = peak_bytes(m["main"], align=64)

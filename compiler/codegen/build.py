@@ -75,6 +75,23 @@ def compile(source, target: str = "llvm", *, params: dict[str, np.ndarray] | Non
 ALIGN = {"llvm": 64, "cuda": 256}  # vector loads on the CPU; CUDA's allocation granularity
 
 
+def plan_module(module: Module, target: str = "llvm", entry: str = "main") -> int | None:
+    """Schedule and plan memory (and streams, for cuda) unless `module` is planned already; returns the
+    lower bound of the entry's file order, the figure the chosen order is measured against."""
+    from compiler.pipeline import run_pipeline
+
+    f = module[entry]
+    if is_planned(f):
+        return None
+    file_order_bound = peak_bytes(f, align=ALIGN[target])
+    # Streams pay off where kernels run at once: on a GPU. Bytes are then shared only between tensors
+    # ordered by data dependence, so that independent branches never wait on each other for memory.
+    streams = ",assign-streams" if target == "cuda" else ""
+    concurrent = "true" if target == "cuda" else "false"
+    run_pipeline(module, f"schedule,plan-memory{{align={ALIGN[target]},concurrent={concurrent}}}{streams}")
+    return file_order_bound
+
+
 def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: str | None = None) -> CompiledModel:
     """Plan memory (unless the module is planned already), then lower, schedule and compile the entry
     function's kernels into one library."""
@@ -83,14 +100,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     from compiler.codegen import schedule_cpu
 
     tgt = make_target(target, arch)
-    f = module[entry]
-    file_order_bound = None
-    if not is_planned(f):
-        from compiler.pipeline import run_pipeline
-
-        file_order_bound = peak_bytes(f, align=ALIGN[target])
-        streams = ",assign-streams" if target == "cuda" else ""
-        run_pipeline(module, f"schedule,plan-memory{{align={ALIGN[target]}}}{streams}")
+    file_order_bound = plan_module(module, target, entry)
     kernels = [k for k in kernels_of(module, entry) if any(v.type.size > 0 for v in k.outputs)]
     funcs = {}
     for k in kernels:

@@ -2,13 +2,13 @@
 
 Any topological order computes the same values; they differ in how many intermediates are alive at
 once (`compiler.memory.lower_bound`). Policies:
-- `memory` (default): a list scheduler. Among the ready kernels it runs the one that grows live memory
+- `auto` (default): `exact` for functions of at most `exact-limit` kernels, `greedy` for larger ones.
+- `greedy`: a list scheduler. Among the ready kernels it runs the one that grows live memory
   least (its outputs minus the inputs it is the last reader of), earliest in file order on ties; a
   kernel that frees more than it allocates goes first. The result is kept only if its peak beats
   file order's, so the pass never makes things worse.
-- `exact`: for functions of at most `exact-limit` kernels, a best-first search over the sets of kernels
-  already run (a set fixes what is alive) finds an order of minimum peak; larger functions fall back
-  to `memory`.
+- `exact`: a best-first search over the sets of kernels already run (a set fixes what is alive) finds
+  an order of minimum peak; functions of more than `exact-limit` kernels fall back to `greedy`.
 - `file`: keep the order as written (reports the peak only).
 
 Constants move to the top (they are not steps). Kernel functions are not reordered inside.
@@ -25,7 +25,7 @@ from compiler.ir import Func, Module, Op, Value
 from compiler.memory import peak_bytes
 from compiler.passes import Pass
 
-POLICIES = ("memory", "exact", "file")
+POLICIES = ("auto", "greedy", "exact", "file")
 MAX_STATES = 200_000  # exact search gives up (and schedules greedily) beyond this many sets
 
 
@@ -33,8 +33,8 @@ MAX_STATES = 200_000  # exact search gives up (and schedules greedily) beyond th
 class Schedule(Pass):
     name = "schedule"
     summary = "order kernels to keep peak live memory low (memory-aware list scheduling, or exact search)"
-    policy: str = field(default="memory", metadata={"help": "memory | exact | file"})
-    exact_limit: int = field(default=16, metadata={"help": "the most kernels `exact` searches; more fall back"})
+    policy: str = field(default="auto", metadata={"help": "auto | greedy | exact | file"})
+    exact_limit: int = field(default=12, metadata={"help": "the most kernels `exact` searches; more fall back"})
     align: int = field(default=64, metadata={"help": "tensor sizes count in units of this many bytes (as planned)"})
 
     def __post_init__(self) -> None:
@@ -58,12 +58,12 @@ class Schedule(Pass):
             self.stats["peak-bytes-chosen"] += after
 
 
-def choose_order(f: Func, policy: str = "memory", exact_limit: int = 16, align: int = 64) -> list[Op]:
+def choose_order(f: Func, policy: str = "auto", exact_limit: int = 12, align: int = 64) -> list[Op]:
     """A topological order of `f`'s kernels (non-constant ops) under `policy`."""
     g = _Graph(f, align)
     if policy == "file":
         return list(g.ops)
-    if policy == "exact" and len(g.ops) <= exact_limit:
+    if policy in ("exact", "auto") and len(g.ops) <= exact_limit:
         return g.exact()
     return g.greedy()
 

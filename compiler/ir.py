@@ -432,6 +432,12 @@ class Op:
         """NumPy semantics: plainly right rather than fast."""
         raise NotImplementedError
 
+    def grad(self, b, dys: list) -> list:
+        """The vector-Jacobian product, emitted as graph ops with the Builder `b`: from the gradient of the
+        loss with respect to each result (`dys`, None where a result does not reach the loss), the gradient
+        with respect to each operand, one entry per operand (None: zero, or not differentiable)."""
+        raise self.error("has no gradient rule: autodiff cannot differentiate through it")
+
     # -- helpers --
 
     def infer_types(self) -> tuple[TensorType, ...]:

@@ -18,7 +18,7 @@ import numpy as np
 
 from compiler.diagnostics import GCError
 from compiler.ir import Module
-from compiler.passes import Pass, make_pass
+from compiler.passes import InputError, Pass, make_pass
 from compiler.printer import print_module
 from compiler.verifier import verify_module
 
@@ -158,7 +158,9 @@ def run_pipeline(module: Module, passes: list[Pass] | str, inst: Instrumentation
             p.run(module)
             if inst.verify_each:
                 verify_module(module)
-        except Exception as e:  # noqa: BLE001 (any failure of a pass is a bug in that pass)
+        except InputError:
+            raise  # the input's fault, not the pass's: a diagnostic, no reproducer
+        except Exception as e:  # noqa: BLE001 (any other failure of a pass is a bug in that pass)
             raise _failure(module, backup, passes, i, e, inst) from None
         seconds = time.perf_counter() - t0
         changed = module.fingerprint() != before

@@ -19,6 +19,11 @@ from compiler.ir import Module
 PASSES: dict[str, type[Pass]] = {}
 
 
+class InputError(GCError):
+    """A pass's diagnostic about its input (autodiff of a function that returns no scalar loss): the user's
+    mistake, reported like a parse error, where any other exception from a pass is a bug in the pass."""
+
+
 class Pass:
     """Base of every pass. Subclasses are dataclasses; their fields are the options."""
 

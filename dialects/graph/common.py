@@ -1,8 +1,15 @@
-"""Shape helpers shared by the graph ops' type rules."""
+"""Shape helpers shared by the graph ops' type rules, and the building blocks of their gradient rules."""
 
 from __future__ import annotations
 
-from compiler.ir import DType, Op, TensorType
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from compiler.ir import DType, Op, TensorType, Value
+
+if TYPE_CHECKING:
+    from compiler.builder import Builder
 
 
 def normalize_axis(op: Op, axis: int, rank: int, what: str = "axis") -> int:
@@ -54,3 +61,68 @@ def require_numeric(op: Op, t: TensorType, what: str = "operand") -> None:
 def require_rank(op: Op, t: TensorType, rank: int, what: str = "operand") -> None:
     if t.rank != rank:
         raise op.error(f"{what} must have rank {rank}, got {t}")
+
+
+# --- helpers of the gradient rules (`grad` methods emit graph ops through a Builder) ------------------
+
+
+def unbroadcast(b: Builder, dy: Value, shape: tuple[int, ...]) -> Value:
+    """The adjoint of NumPy broadcasting: `dy` (of the broadcast result's shape) summed back to `shape`,
+    over the leading axes `shape` lacks and the axes where it has size 1."""
+    have, shape = dy.type.shape, tuple(shape)
+    if have == shape:
+        return dy
+    lead = len(have) - len(shape)
+    axes = [*range(lead), *(lead + i for i, d in enumerate(shape) if d == 1 and have[lead + i] != 1)]
+    if axes:  # never an empty list: reduce_sum reads `axes = []` as every axis
+        dy = b.reduce_sum(dy, axes=axes)
+    return reshaped(b, dy, shape)
+
+
+def reshaped(b: Builder, x: Value, shape: tuple[int, ...]) -> Value:
+    """x under `shape` (x itself when it has that shape already: no identity reshape to clean up)."""
+    shape = tuple(shape)
+    if x.type.shape == shape:
+        return x
+    if 0 in shape:  # empty: reshape would read a 0 as "keep the input's size here" (ONNX)
+        return zeros(b, x.type.with_shape(shape))
+    return b.reshape(x, shape=shape)
+
+
+def dilate(b: Builder, x: Value, steps: dict[int, int]) -> Value:
+    """x with `step - 1` zeros after each element along each axis of `steps` (axis -> step): an axis of n
+    becomes n * step long, element k at k * step. The adjoint of a strided read (slice, conv, pool)."""
+    steps = {a: s for a, s in steps.items() if s > 1}
+    if not steps:
+        return x
+    shape = x.type.shape
+    # A size-1 axis after each dilated one, padded to the step, then merged back into it.
+    split, ends = [], []
+    for a, d in enumerate(shape):
+        split.append(d)
+        ends.append(0)
+        if a in steps:
+            split.append(1)
+            ends.append(steps[a] - 1)
+    padded = b.pad(reshaped(b, x, split), pads=[0] * len(split) + ends)
+    return reshaped(b, padded, [d * steps.get(a, 1) for a, d in enumerate(shape)])
+
+
+def pad_or_crop(b: Builder, x: Value, pads: list[int]) -> Value:
+    """graph.pad with pads of either sign ([begin per dim..., end per dim...]); x itself if all are 0.
+    Padding goes first, so that a crop of more than x holds (but not more than the padded x) is valid."""
+    grow = [max(p, 0) for p in pads]
+    shrink = [min(p, 0) for p in pads]
+    if any(grow):
+        x = b.pad(x, pads=grow)
+    return b.pad(x, pads=shrink) if any(shrink) else x
+
+
+def scalar(b: Builder, value: float, like: Value) -> Value:
+    """A scalar constant of `like`'s dtype, which broadcasts against it."""
+    return b.constant(np.array(value), like.type.dtype)
+
+
+def zeros(b: Builder, t: TensorType) -> Value:
+    """A zero tensor of type `t` (printed as a splat)."""
+    return b.constant(np.zeros(t.shape), t.dtype)

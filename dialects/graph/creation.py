@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import difflib
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from compiler.diagnostics import Location
 from compiler.interpreter import run_func
-from compiler.ir import Dense, Func, Module, Op, SymbolRef, TensorType, attribute, operand
+from compiler.ir import Dense, Func, Module, Op, SymbolRef, TensorType, Value, attribute, operand
+
+if TYPE_CHECKING:
+    from compiler.builder import Builder
 
 
 class Constant(Op, name="graph.constant"):
@@ -26,6 +30,9 @@ class Constant(Op, name="graph.constant"):
 
     def flops(self) -> int:
         return 0
+
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        return []  # no operands
 
 
 class Call(Op, name="graph.call"):

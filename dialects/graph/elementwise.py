@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import math
 import types
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import DType, Op, TensorType, attribute, operand
-from dialects.graph.common import broadcast_shapes, require_float, require_numeric, same_dtype
+from compiler.ir import DType, Op, TensorType, Value, attribute, operand
+from dialects.graph.common import broadcast_shapes, require_float, require_numeric, same_dtype, scalar, unbroadcast
+
+if TYPE_CHECKING:
+    from compiler.builder import Builder
 
 _erf = np.frompyfunc(math.erf, 1, 1)
 
@@ -133,10 +137,35 @@ class Unary(Op):
         """Random inputs for log/sqrt/rsqrt stay inside their domain."""
         return (0.5, 2.0) if self.positive_domain else None
 
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        return [self.vjp(b, self.x, self.result, dys[0])]
 
-def unary(name: str, fn, doc: str, floats_only: bool = True, positive: bool = False, lower=None) -> type[Op]:
+
+def unary(name: str, fn, doc: str, floats_only: bool = True, positive: bool = False, lower=None, vjp=None) -> type[Op]:
+    """`vjp(b, x, y, dy)` is the gradient rule: the gradient with respect to x (None: zero)."""
     extra = {"lower": lower} if lower is not None else {}
-    return _define(Unary, name, fn, doc, floats_only=floats_only, positive_domain=positive, **extra)
+    return _define(Unary, name, fn, doc, floats_only=floats_only, positive_domain=positive, vjp=staticmethod(vjp),
+                   **extra)
+
+
+# --- gradient rules of the unary ops: vjp(b, x, y, dy) with y the op's result; PyTorch's values at kinks ----
+
+
+def _sign(b: Builder, x: Value) -> Value:
+    """-1, 0 or 1 as x's dtype: sign(0) = 0, so |x|' is 0 at 0 as in PyTorch."""
+    zero = scalar(b, 0, x)
+    pos, neg = (b.cast(c, dtype=x.type.dtype) for c in (b.greater(x, zero), b.less(x, zero)))
+    return b.sub(pos, neg)
+
+
+def _d_relu(b: Builder, x: Value, y: Value, dy: Value) -> Value:
+    # PyTorch masks where the result is <= 0, that is == 0 here: relu'(0) = 0 and a NaN passes dy through.
+    zero = scalar(b, 0, dy)
+    return b.where(b.equal(y, zero), zero, dy)
+
+
+def _d_erf(b: Builder, x: Value, y: Value, dy: Value) -> Value:
+    return b.mul(dy, b.mul(scalar(b, 2 / math.sqrt(math.pi), x), b.exp(b.neg(b.mul(x, x)))))
 
 
 def _sigmoid(x):
@@ -180,28 +209,40 @@ def _softplus(x):
     return tvm.tirx.Select(x > zero, x, zero) + tvm.tirx.log1p(te.exp(-tvm.tirx.abs(x)))
 
 
-Neg = unary("graph.neg", np.negative, "-x:  %y = graph.neg(%x) : tensor<4xf32>", False, lower=_lower(lambda x: -x))
-Abs = unary("graph.abs", np.abs, "|x|:  %y = graph.abs(%x) : tensor<4xf32>", False, lower=_te("abs"))
-Exp = unary("graph.exp", np.exp, "e^x:  %y = graph.exp(%x) : tensor<4xf32>", lower=_te("exp"))
-Log = unary("graph.log", np.log, "natural log:  %y = graph.log(%x) : tensor<4xf32>", positive=True, lower=_te("log"))
+Neg = unary("graph.neg", np.negative, "-x:  %y = graph.neg(%x) : tensor<4xf32>", False, lower=_lower(lambda x: -x),
+            vjp=lambda b, x, y, dy: b.neg(dy))
+Abs = unary("graph.abs", np.abs, "|x|:  %y = graph.abs(%x) : tensor<4xf32>", False, lower=_te("abs"),
+            vjp=lambda b, x, y, dy: b.mul(dy, _sign(b, x)))
+Exp = unary("graph.exp", np.exp, "e^x:  %y = graph.exp(%x) : tensor<4xf32>", lower=_te("exp"),
+            vjp=lambda b, x, y, dy: b.mul(dy, y))
+Log = unary("graph.log", np.log, "natural log:  %y = graph.log(%x) : tensor<4xf32>", positive=True, lower=_te("log"),
+            vjp=lambda b, x, y, dy: b.div(dy, x))
 Sqrt = unary("graph.sqrt", np.sqrt, "square root:  %y = graph.sqrt(%x) : tensor<4xf32>", positive=True,
-             lower=_te("sqrt"))
+             lower=_te("sqrt"), vjp=lambda b, x, y, dy: b.div(dy, b.mul(y, scalar(b, 2, y))))  # inf at 0, as PyTorch
 Rsqrt = unary("graph.rsqrt", lambda x: 1 / np.sqrt(x), "1/sqrt(x):  %y = graph.rsqrt(%x) : tensor<4xf32>",
-              positive=True, lower=_te("rsqrt"))
+              positive=True, lower=_te("rsqrt"),
+              vjp=lambda b, x, y, dy: b.mul(b.mul(dy, scalar(b, -0.5, y)), b.mul(y, b.mul(y, y))))
 Reciprocal = unary("graph.reciprocal", lambda x: 1 / x, "1/x:  %y = graph.reciprocal(%x) : tensor<4xf32>",
-                   lower=_lower(lambda x: _const(1, x) / x))
-Tanh = unary("graph.tanh", np.tanh, "tanh:  %y = graph.tanh(%x) : tensor<4xf32>", lower=_te("tanh"))
+                   lower=_lower(lambda x: _const(1, x) / x), vjp=lambda b, x, y, dy: b.neg(b.mul(dy, b.mul(y, y))))
+Tanh = unary("graph.tanh", np.tanh, "tanh:  %y = graph.tanh(%x) : tensor<4xf32>", lower=_te("tanh"),
+             vjp=lambda b, x, y, dy: b.mul(dy, b.sub(scalar(b, 1, y), b.mul(y, y))))
 Sigmoid = unary("graph.sigmoid", _sigmoid, "1/(1+e^-x):  %y = graph.sigmoid(%x) : tensor<4xf32>",
-                lower=_lower(_sigmoid_te))
+                lower=_lower(_sigmoid_te), vjp=lambda b, x, y, dy: b.mul(dy, b.mul(y, b.sub(scalar(b, 1, y), y))))
 Relu = unary("graph.relu", lambda x: np.maximum(x, 0), "max(x, 0):  %y = graph.relu(%x) : tensor<4xf32>", False,
-             lower=_lower(_relu))
-Erf = unary("graph.erf", erf, "the error function:  %y = graph.erf(%x) : tensor<4xf32>", lower=_te("erf"))
-Sin = unary("graph.sin", np.sin, "sine:  %y = graph.sin(%x) : tensor<4xf32>", lower=_te("sin"))
-Cos = unary("graph.cos", np.cos, "cosine:  %y = graph.cos(%x) : tensor<4xf32>", lower=_te("cos"))
-Floor = unary("graph.floor", np.floor, "round down:  %y = graph.floor(%x) : tensor<4xf32>", lower=_te("floor"))
-Ceil = unary("graph.ceil", np.ceil, "round up:  %y = graph.ceil(%x) : tensor<4xf32>", lower=_te("ceil"))
+             lower=_lower(_relu), vjp=_d_relu)
+Erf = unary("graph.erf", erf, "the error function:  %y = graph.erf(%x) : tensor<4xf32>", lower=_te("erf"),
+            vjp=_d_erf)
+Sin = unary("graph.sin", np.sin, "sine:  %y = graph.sin(%x) : tensor<4xf32>", lower=_te("sin"),
+            vjp=lambda b, x, y, dy: b.mul(dy, b.cos(x)))
+Cos = unary("graph.cos", np.cos, "cosine:  %y = graph.cos(%x) : tensor<4xf32>", lower=_te("cos"),
+            vjp=lambda b, x, y, dy: b.neg(b.mul(dy, b.sin(x))))
+# floor and ceil are piecewise constant: zero gradient (PyTorch's too).
+Floor = unary("graph.floor", np.floor, "round down:  %y = graph.floor(%x) : tensor<4xf32>", lower=_te("floor"),
+              vjp=lambda b, x, y, dy: None)
+Ceil = unary("graph.ceil", np.ceil, "round up:  %y = graph.ceil(%x) : tensor<4xf32>", lower=_te("ceil"),
+             vjp=lambda b, x, y, dy: None)
 Softplus = unary("graph.softplus", lambda x: np.logaddexp(0, x), "log(1+e^x):  %y = graph.softplus(%x) : tensor<4xf32>",
-                 lower=_lower(_softplus))
+                 lower=_lower(_softplus), vjp=lambda b, x, y, dy: b.mul(dy, b.sigmoid(x)))
 
 
 class Gelu(Unary, name="graph.gelu"):
@@ -226,6 +267,22 @@ class Gelu(Unary, name="graph.gelu"):
 
         return _compute(self, [x], expr)
 
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        x, c = self.x, lambda v: scalar(b, v, self.x)
+        if self.approximate == "tanh":
+            # With u = k(x + 0.044715 x^3): 0.5 (1 + tanh u) + 0.5 x (1 - tanh^2 u) k (1 + 3 * 0.044715 x^2).
+            x2 = b.mul(x, x)
+            k = math.sqrt(2 / math.pi)
+            t = b.tanh(b.mul(c(k), b.add(x, b.mul(c(0.044715), b.mul(x2, x)))))
+            du = b.mul(c(k), b.add(c(1), b.mul(c(3 * 0.044715), x2)))
+            d = b.add(b.mul(c(0.5), b.add(c(1), t)), b.mul(b.mul(c(0.5), x), b.mul(b.sub(c(1), b.mul(t, t)), du)))
+        else:
+            # Phi(x) + x phi(x)
+            cdf = b.mul(c(0.5), b.add(c(1), b.erf(b.mul(x, c(1 / math.sqrt(2))))))
+            pdf = b.mul(c(1 / math.sqrt(2 * math.pi)), b.exp(b.mul(b.mul(x, x), c(-0.5))))
+            d = b.add(cdf, b.mul(x, pdf))
+        return [b.mul(dys[0], d)]
+
 
 class LeakyRelu(Unary, name="graph.leaky_relu"):
     """x if x >= 0 else alpha·x:  %y = graph.leaky_relu(%x) {alpha = 0.1} : tensor<4xf32>"""
@@ -241,6 +298,11 @@ class LeakyRelu(Unary, name="graph.leaky_relu"):
         # x >= 0 is false for NaN, which then goes through alpha * NaN = NaN, as the reference.
         return _compute(self, [x], lambda v: tvm.tirx.Select(v >= _const(0, v), v, _const(self.alpha, v) * v))
 
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        # alpha at 0, as PyTorch (which tests x > 0).
+        dy = dys[0]
+        return [b.where(b.greater(self.x, scalar(b, 0, dy)), dy, b.mul(dy, scalar(b, self.alpha, dy)))]
+
 
 class Elu(Unary, name="graph.elu"):
     """x if x > 0 else alpha·(e^x - 1):  %y = graph.elu(%x) {alpha = 1.0} : tensor<4xf32>"""
@@ -255,6 +317,12 @@ class Elu(Unary, name="graph.elu"):
 
         # No min(x, 0) inside: TIR's min drops a NaN, and e^x of a large x is discarded by the select anyway.
         return _compute(self, [x], lambda v: tvm.tirx.Select(v > _const(0, v), v, _const(self.alpha, v) * _expm1(v)))
+
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        # alpha * e^x for x <= 0 (so alpha at 0, as PyTorch); e^x of a large x is computed but never selected.
+        dy, x = dys[0], self.x
+        neg = b.mul(dy, b.mul(scalar(b, self.alpha, x), b.exp(x)))
+        return [b.where(b.greater(x, scalar(b, 0, x)), dy, neg)]
 
 
 class Clip(Unary, name="graph.clip"):
@@ -291,6 +359,16 @@ class Clip(Unary, name="graph.clip"):
 
         return _compute(self, [x], expr)
 
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        # dy where min <= x <= max, bounds included (PyTorch's clamp); an absent bound masks nothing.
+        dy, x = dys[0], self.x
+        zero = scalar(b, 0, dy)
+        if self.min != -math.inf:
+            dy = b.where(b.less(x, scalar(b, self.min, x)), zero, dy)
+        if self.max != math.inf:
+            dy = b.where(b.greater(x, scalar(b, self.max, x)), zero, dy)
+        return [dy]
+
 
 class Cast(Op, name="graph.cast"):
     """Convert the element type:  %y = graph.cast(%x) {dtype = f16} : tensor<4xf16>"""
@@ -325,6 +403,13 @@ class Cast(Op, name="graph.cast"):
 
         return _compute(self, [x], expr)
 
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        # Between float types the gradient converts back; through an integer or bool there is none.
+        t = self.x.type
+        if not (t.dtype.is_float and self.dtype.is_float):
+            return [None]
+        return [b.cast(dys[0], dtype=t.dtype)]
+
 
 # --- binary ---------------------------------------------------------------------------------------
 
@@ -350,10 +435,47 @@ class Binary(Op):
     def flops(self) -> int:
         return self.result.type.size
 
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        if self.vjp is None:  # comparisons: piecewise constant, and their i1 result carries no gradient
+            return [None, None]
+        grads = self.vjp(b, self.a, self.b, self.result, dys[0])
+        return [unbroadcast(b, g, v.type.shape) for g, v in zip(grads, self.operands)]
 
-def binary(name: str, fn, doc: str, result_bool: bool = False, lower=None) -> type[Op]:
+
+def binary(name: str, fn, doc: str, result_bool: bool = False, lower=None, vjp=None) -> type[Op]:
+    """`vjp(b, a, c, y, dy)` is the gradient rule: the gradients with respect to a and c at the result's
+    shape (the base class sums them back over broadcast axes)."""
     extra = {"lower": lower} if lower is not None else {}
-    return _define(Binary, name, fn, doc, result_bool=result_bool, **extra)
+    return _define(Binary, name, fn, doc, result_bool=result_bool, vjp=staticmethod(vjp) if vjp else None, **extra)
+
+
+# --- gradient rules of the binary ops: vjp(b, a, c, y, dy) with y the result ---------------------------------
+
+
+def _d_div(b: Builder, a: Value, c: Value, y: Value, dy: Value) -> tuple[Value, Value]:
+    # d/dc = -a / c^2, written -(y / c) as PyTorch does.
+    return b.div(dy, c), b.neg(b.mul(dy, b.div(y, c)))
+
+
+def _d_pow(b: Builder, a: Value, e: Value, y: Value, dy: Value) -> tuple[Value, Value]:
+    # PyTorch's masks: d/da is 0 where e == 0 (even at a == 0); d/de is 0 where a == 0 and e >= 0.
+    zero, one = scalar(b, 0, a), scalar(b, 1, a)
+    da = b.where(b.equal(e, zero), zero, b.mul(dy, b.mul(e, b.pow(a, b.sub(e, one)))))
+    de = b.mul(dy, b.mul(y, b.log(a)))
+    de = b.where(b.equal(a, zero), b.where(b.less(e, zero), de, zero), de)
+    return da, de
+
+
+def _d_extremum(pick) -> object:
+    """maximum (pick = greater) or minimum (pick = less): the picked operand takes dy, a tie halves it
+    between both, as PyTorch does."""
+
+    def vjp(b: Builder, a: Value, c: Value, y: Value, dy: Value) -> tuple[Value, Value]:
+        zero = scalar(b, 0, dy)
+        half = b.where(b.equal(a, c), b.mul(dy, scalar(b, 0.5, dy)), zero)
+        return b.where(pick(b)(a, c), dy, half), b.where(pick(b)(c, a), dy, half)
+
+    return vjp
 
 
 def _div_te(a, b):
@@ -460,18 +582,19 @@ def _pow(a, b):
     return np.power(a, b)
 
 
-Add = binary("graph.add", np.add, "a + b:  %z = graph.add(%x, %y) : tensor<4xf32>", lower=_lower(lambda a, b: a + b))
+Add = binary("graph.add", np.add, "a + b:  %z = graph.add(%x, %y) : tensor<4xf32>", lower=_lower(lambda a, b: a + b),
+             vjp=lambda b, a, c, y, dy: (dy, dy))
 Sub = binary("graph.sub", np.subtract, "a - b:  %z = graph.sub(%x, %y) : tensor<4xf32>",
-             lower=_lower(lambda a, b: a - b))
+             lower=_lower(lambda a, b: a - b), vjp=lambda b, a, c, y, dy: (dy, b.neg(dy)))
 Mul = binary("graph.mul", np.multiply, "a * b:  %z = graph.mul(%x, %y) : tensor<4xf32>",
-             lower=_lower(lambda a, b: a * b))
+             lower=_lower(lambda a, b: a * b), vjp=lambda b, a, c, y, dy: (b.mul(dy, c), b.mul(dy, a)))
 Div = binary("graph.div", _div, "a / b (integers truncate):  %z = graph.div(%x, %y) : tensor<4xf32>",
-             lower=_lower(_div_te))
-Pow = binary("graph.pow", _pow, "a ** b:  %z = graph.pow(%x, %y) : tensor<4xf32>", lower=_lower_pow)
+             lower=_lower(_div_te), vjp=_d_div)
+Pow = binary("graph.pow", _pow, "a ** b:  %z = graph.pow(%x, %y) : tensor<4xf32>", lower=_lower_pow, vjp=_d_pow)
 Maximum = binary("graph.maximum", np.maximum, "max(a, b):  %z = graph.maximum(%x, %y) : tensor<4xf32>",
-                 lower=_lower(_fmax))
+                 lower=_lower(_fmax), vjp=_d_extremum(lambda b: b.greater))
 Minimum = binary("graph.minimum", np.minimum, "min(a, b):  %z = graph.minimum(%x, %y) : tensor<4xf32>",
-                 lower=_lower(_fmin))
+                 lower=_lower(_fmin), vjp=_d_extremum(lambda b: b.less))
 Equal = binary("graph.equal", np.equal, "a == b:  %z = graph.equal(%x, %y) : tensor<4xi1>", True,
                lower=_compare("EQ"))
 Less = binary("graph.less", np.less, "a < b:  %z = graph.less(%x, %y) : tensor<4xi1>", True,
@@ -504,6 +627,12 @@ class Where(Op, name="graph.where"):
 
     def flops(self) -> int:
         return 0
+
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        # The condition is boolean: no gradient. Each branch gets dy where it was picked.
+        dy, zero = dys[0], scalar(b, 0, dys[0])
+        da, db = b.where(self.cond, dy, zero), b.where(self.cond, zero, dy)
+        return [None, unbroadcast(b, da, self.a.type.shape), unbroadcast(b, db, self.b.type.shape)]
 
 
 OPS = [

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import math
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from compiler.diagnostics import GCError
-from compiler.ir import Op, TensorType, operand
-from dialects.graph.common import broadcast_shapes, require_numeric, same_dtype
+from compiler.ir import Op, TensorType, Value, operand
+from dialects.graph.common import broadcast_shapes, require_numeric, reshaped, same_dtype, unbroadcast
+
+if TYPE_CHECKING:
+    from compiler.builder import Builder
 
 
 class MatMul(Op, name="graph.matmul"):
@@ -42,6 +48,33 @@ class MatMul(Op, name="graph.matmul"):
     def flops(self) -> int:
         # One multiply and one add per (output element, k).
         return 2 * self.operands[0].type.shape[-1] * self.results[0].type.size
+
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        """da = dy @ b^T and db = a^T @ dy, with 1-D operands made matrices as NumPy does (a row [1, K], a
+        column [K, 1]) and the gradients summed back over broadcast batch dimensions."""
+        a, w, dy = self.a, self.b, dys[0]
+        a2 = a if a.type.rank >= 2 else reshaped(b, a, (1, *a.type.shape))
+        w2 = w if w.type.rank >= 2 else reshaped(b, w, (*w.type.shape, 1))
+        rows, cols = a2.type.shape[-2], w2.type.shape[-1]
+        batch = dy.type.shape[: dy.type.rank - (a.type.rank >= 2) - (w.type.rank >= 2)]
+        dy2 = reshaped(b, dy, (*batch, rows, cols))
+        da = b.matmul(dy2, _swap_last(b, w2))
+        if w2.type.rank == 2 and dy2.type.rank > 2:
+            # A weight shared by the batch: one [K, batch*M] x [batch*M, N] product, not a batch of them summed.
+            flat = math.prod(dy2.type.shape[:-1])
+            dw = b.matmul(_swap_last(b, reshaped(b, a2, (flat, a2.type.shape[-1]))), reshaped(b, dy2, (flat, cols)))
+        else:
+            dw = b.matmul(_swap_last(b, a2), dy2)
+        da = reshaped(b, unbroadcast(b, da, a2.type.shape), a.type.shape)
+        dw = reshaped(b, unbroadcast(b, dw, w2.type.shape), w.type.shape)
+        return [da, dw]
+
+
+def _swap_last(b: Builder, x: Value) -> Value:
+    """x with its last two axes swapped (a matrix transpose, batched)."""
+    perm = list(range(x.type.rank))
+    perm[-2], perm[-1] = perm[-1], perm[-2]
+    return b.transpose(x, perm=perm)
 
 
 OPS = [MatMul]

@@ -6,10 +6,15 @@ an empty batch is NaN, as in PyTorch.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from compiler.ir import DType, Op, TensorType, operand
-from dialects.graph.common import require_float, require_rank, same_dtype
+from compiler.ir import DType, Op, TensorType, Value, operand
+from dialects.graph.common import require_float, require_rank, reshaped, same_dtype, scalar
+
+if TYPE_CHECKING:
+    from compiler.builder import Builder
 
 
 class SoftmaxCrossEntropy(Op, name="graph.softmax_cross_entropy"):
@@ -72,6 +77,15 @@ class SoftmaxCrossEntropy(Op, name="graph.softmax_cross_entropy"):
         """Valid integer values [lo, hi) for operand `index`: the class indices of the labels."""
         return (0, self.operands[0].type.shape[1]) if index == 1 else None
 
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        """(softmax(logits) - onehot(labels)) * dy / N; the labels are class indices, with no gradient."""
+        logits, labels, dy = self.logits, self.labels, dys[0]
+        n, c = logits.type.shape
+        classes = b.constant(np.arange(c).reshape(1, c), labels.type.dtype)
+        onehot = b.cast(b.equal(reshaped(b, labels, (n, 1)), classes), dtype=logits.type.dtype)
+        scale = b.div(dy, scalar(b, n, dy))
+        return [b.mul(b.sub(b.softmax(logits, axis=1), onehot), scale), None]
+
     def flops(self) -> int:
         return self.operands[0].type.size
 
@@ -115,6 +129,13 @@ class MseLoss(Op, name="graph.mse_loss"):
 
     def flops(self) -> int:
         return self.operands[0].type.size
+
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        """d/da = 2 (a - b) dy / n and d/db = -d/da."""
+        dy = dys[0]
+        scale = b.div(b.mul(dy, scalar(b, 2, dy)), scalar(b, self.a.type.size, dy))
+        da = b.mul(b.sub(self.a, self.b), scale)
+        return [da, b.neg(da)]
 
 
 def _accumulator(dtype: str) -> str:

@@ -7,10 +7,15 @@ value) for max, +inf (or its greatest) for min, NaN for a float mean.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
-from compiler.ir import DType, Op, TensorType, attribute, operand
-from dialects.graph.common import normalize_axes, normalize_axis, require_numeric
+from compiler.ir import DType, Op, TensorType, Value, attribute, operand
+from dialects.graph.common import normalize_axes, normalize_axis, require_numeric, reshaped, scalar
+
+if TYPE_CHECKING:
+    from compiler.builder import Builder
 
 
 class Reduce(Op):
@@ -42,6 +47,28 @@ class Reduce(Op):
 
     def flops(self) -> int:
         return self.operands[0].type.size
+
+    def kept(self, b: Builder, y: Value) -> Value:
+        """A value of the result's shape (y or its gradient) with the reduced axes back as size 1 (keepdims),
+        so that it broadcasts against x."""
+        x = self.x.type
+        axes = self.reduced_axes(x.rank)
+        if axes == tuple(range(len(axes))):  # leading axes: broadcasting puts them back by itself
+            return y
+        return reshaped(b, y, tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        """Sum and mean spread dy evenly; max and min give it to the extremes, split evenly among ties (as
+        PyTorch's amax/amin)."""
+        x, dy = self.x, self.kept(b, dys[0])
+        if isinstance(self, (ReduceSum, ReduceMean)):
+            if isinstance(self, ReduceMean):
+                n = int(np.prod([x.type.shape[a] for a in self.reduced_axes(x.type.rank)], dtype=np.int64))
+                dy = b.div(dy, scalar(b, n, dy))
+            return [dy if dy.type.shape == x.type.shape else b.broadcast_to(dy, shape=x.type.shape)]
+        hit = b.cast(b.equal(x, self.kept(b, self.result)), dtype=x.type.dtype)
+        count = b.reduce_sum(hit, axes=self.reduced_axes(x.type.rank), keepdims=True)
+        return [b.mul(b.div(dy, count), hit)]
 
     def lower(self, x):
         from tvm import te, tirx
@@ -241,6 +268,9 @@ class Argmax(Op, name="graph.argmax"):
 
         index, _ = te.compute(out.shape, body, name="argmax")
         return index
+
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        return [None]  # an integer index: piecewise constant in x
 
     def flops(self) -> int:
         return self.operands[0].type.size

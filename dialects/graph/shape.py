@@ -8,11 +8,24 @@ slice's clamping), one helper does it for both `infer` and `reference`, so the t
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import DType, Op, TensorType, attribute, operand
-from dialects.graph.common import broadcast_shapes, normalize_axis, same_dtype
+from compiler.ir import DType, Op, TensorType, Value, attribute, operand
+from dialects.graph.common import (
+    broadcast_shapes,
+    dilate,
+    normalize_axis,
+    pad_or_crop,
+    reshaped,
+    same_dtype,
+    unbroadcast,
+    zeros,
+)
+
+if TYPE_CHECKING:
+    from compiler.builder import Builder
 
 
 def _dims(shape) -> str:
@@ -41,6 +54,14 @@ class ShapeOp(Op):
 
     def out_shape(self, i: int = 0) -> tuple[int, ...]:
         return self.results[i].type.shape
+
+
+class Regroup(ShapeOp):
+    """Base of the ops that keep the elements in row-major order (reshape, squeeze, unsqueeze, flatten):
+    the gradient is dy under the input's shape."""
+
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        return [reshaped(b, dys[0], self.operands[0].type.shape)]
 
 
 # --- lowering helpers (TVM is imported inside lowerings only) ----------------------------------------
@@ -73,7 +94,7 @@ def _clamp_index(i, lo: int, hi: int):
 # --- reshape, transpose -----------------------------------------------------------------------------
 
 
-class Reshape(ShapeOp, name="graph.reshape"):
+class Reshape(Regroup, name="graph.reshape"):
     """Same elements, new shape:  %y = graph.reshape(%x) {shape = [2, -1]} : tensor<2x6xf32>"""
 
     x = operand()
@@ -144,6 +165,9 @@ class Transpose(ShapeOp, name="graph.transpose"):
         inverse = np.argsort(self.resolved(self.operands[0].type.rank)).tolist()
         return te.compute(self.out_shape(), lambda *i: x(*[i[p] for p in inverse]), name="transpose")
 
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        return [b.transpose(dys[0], perm=np.argsort(self.resolved(self.operands[0].type.rank)).tolist())]
+
 
 # --- concat, split ----------------------------------------------------------------------------------
 
@@ -203,6 +227,13 @@ class Concat(ShapeOp, name="graph.concat"):
 
         return te.compute(out, body, name="concat")
 
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        """Each operand's part of dy, cut out by one split."""
+        if len(self.operands) == 1:
+            return [dys[0]]
+        sizes = [v.type.shape[self.axis % v.type.rank] for v in self.operands]
+        return list(b.split(dys[0], axis=self.axis, sections=sizes))
+
 
 class Split(ShapeOp, name="graph.split"):
     """Cut along one axis, one result per section:
@@ -247,6 +278,11 @@ class Split(ShapeOp, name="graph.split"):
 
         offsets = [0, *np.cumsum(self.sections)[:-1].tolist()]
         return tuple(part(k, int(off)) for k, off in enumerate(offsets))
+
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        """The results' gradients side by side again (zeros for results that do not reach the loss)."""
+        parts = [dy if dy is not None else zeros(b, r.type) for dy, r in zip(dys, self.results)]
+        return [parts[0] if len(parts) == 1 else b.concat(*parts, axis=self.axis)]
 
 
 # --- slice ------------------------------------------------------------------------------------------
@@ -307,6 +343,25 @@ class Slice(ShapeOp, name="graph.slice"):
 
         return te.compute(self.out_shape(), body, name="slice")
 
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        """dy scattered back to the positions it was read from, zeros elsewhere: reversed along axes read
+        backwards, spread apart by the step, then padded into place."""
+        x, dy = self.operands[0].type, dys[0]
+        plan = {a: r for a, r in self.plan(x.shape).items() if len(r) != x.shape[a] or r.step != 1}
+        if any(len(r) == 0 for r in plan.values()):
+            return [zeros(b, x)]
+        backwards = [a for a, r in plan.items() if r.step < 0]
+        if backwards:
+            n = len(backwards)
+            ends = [-dy.type.shape[a] - 1 for a in backwards]
+            dy = b.slice(dy, starts=[-1] * n, ends=ends, axes=backwards, steps=[-1] * n)
+        dy = dilate(b, dy, {a: abs(r.step) for a, r in plan.items()})
+        pads = [0] * (2 * x.rank)
+        for a, r in plan.items():
+            first = min(r[0], r[-1])
+            pads[a], pads[x.rank + a] = first, x.shape[a] - first - dy.type.shape[a]
+        return [pad_or_crop(b, dy, pads)]
+
 
 # --- broadcast_to, squeeze, unsqueeze, flatten ------------------------------------------------------
 
@@ -336,8 +391,11 @@ class BroadcastTo(ShapeOp, name="graph.broadcast_to"):
 
         return te.compute(self.out_shape(), body, name="broadcast_to")
 
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        return [unbroadcast(b, dys[0], self.operands[0].type.shape)]
 
-class Squeeze(ShapeOp, name="graph.squeeze"):
+
+class Squeeze(Regroup, name="graph.squeeze"):
     """Drop size-1 axes (all of them if axes is absent):  %y = graph.squeeze(%x) {axes = [0]} : tensor<3xf32>"""
 
     x = operand()
@@ -363,7 +421,7 @@ class Squeeze(ShapeOp, name="graph.squeeze"):
         return _reshaped(x, self.operands[0].type.shape, self.out_shape(), "squeeze")
 
 
-class Unsqueeze(ShapeOp, name="graph.unsqueeze"):
+class Unsqueeze(Regroup, name="graph.unsqueeze"):
     """Insert size-1 axes at output positions:  %y = graph.unsqueeze(%x) {axes = [0]} : tensor<1x3xf32>"""
 
     x = operand()
@@ -383,7 +441,7 @@ class Unsqueeze(ShapeOp, name="graph.unsqueeze"):
         return x.reshape(self.results[0].type.shape)
 
 
-class Flatten(ShapeOp, name="graph.flatten"):
+class Flatten(Regroup, name="graph.flatten"):
     """To 2-D, splitting the axes at `axis`:  %y = graph.flatten(%x) {axis = 1} : tensor<2x12xf32>"""
 
     x = operand()
@@ -468,6 +526,10 @@ class Pad(ShapeOp, name="graph.pad"):
 
         return te.compute(self.out_shape(), body, name="pad")
 
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        # Padding is cropped off again and cropped-off elements get zeros: the opposite pads.
+        return [pad_or_crop(b, dys[0], [-p for p in self.pads])]
+
 
 class Gather(ShapeOp, name="graph.gather"):
     """ONNX Gather (embeddings):  %y = graph.gather(%table, %ids) {axis = 0} : tensor<8x16xf32>"""
@@ -513,6 +575,22 @@ class Gather(ShapeOp, name="graph.gather"):
         """Random indices stay inside the gathered axis."""
         data = self.operands[0].type
         return (0, data.shape[self.axis % data.rank]) if index == 1 else None
+
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        """Scatter-add of dy into the table: onehot(indices)^T [D, I] @ dy [outer, I, inner], so rows gathered
+        twice get both gradients. The indices are integers, with no gradient."""
+        data, indices, dy = self.operands[0].type, self.operands[1], dys[0]
+        axis = self.axis % data.rank
+        d = data.shape[axis]
+        outer, inner = math.prod(data.shape[:axis]), math.prod(data.shape[axis + 1 :])
+        flat = reshaped(b, indices, [indices.type.size, 1])
+        zero = b.constant(np.array(0), indices.type.dtype)
+        flat = b.where(b.less(flat, zero), b.add(flat, b.constant(np.array(d), indices.type.dtype)), flat)
+        rows = b.constant(np.arange(d).reshape(1, d), indices.type.dtype)
+        onehot = b.cast(b.equal(flat, rows), dtype=data.dtype)  # [I, D]
+        grouped = reshaped(b, dy, [outer, indices.type.size, inner])
+        table = b.matmul(b.transpose(onehot, perm=[1, 0]), grouped)  # [outer, D, inner]
+        return [reshaped(b, table, data.shape), None]
 
 
 OPS = [Reshape, Transpose, Concat, Split, Slice, BroadcastTo, Squeeze, Unsqueeze, Flatten, Pad, Gather]

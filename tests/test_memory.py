@@ -427,3 +427,11 @@ def test_compiled_model_runs_every_intermediate_inside_one_arena() -> None:
     expected = run(src, inputs)
     for _ in range(2):  # a second call reuses the arena: nothing of the first call may leak into it
         np.testing.assert_allclose(m(**inputs)[0], expected[0], rtol=1e-4, atol=1e-5)
+
+
+def test_docs_memory_md_table_is_current() -> None:
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, str(ROOT / "tools/memory_report.py"), "--check"], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr

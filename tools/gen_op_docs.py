@@ -1,4 +1,4 @@
-"""Write docs/ops.md, the catalog of the `graph` dialect, from the op classes themselves.
+"""Write docs/ops.md, the catalog of the `graph`, `mem` and `exec` dialects, from the op classes themselves.
 
     python tools/gen_op_docs.py          rewrite docs/ops.md
     python tools/gen_op_docs.py --check  exit 1 if docs/ops.md is not what the op classes give
@@ -16,7 +16,9 @@ sys.path.insert(0, str(ROOT))  # run as a plain script, the package need not be 
 
 from compiler.diagnostics import GCError  # noqa: E402
 from compiler.ir import AttrSpec, Op, OperandSpec, format_attr  # noqa: E402
+from dialects.exec import EXEC  # noqa: E402
 from dialects.graph import GRAPH  # noqa: E402
+from dialects.mem import MEM  # noqa: E402
 
 OUT = ROOT / "docs" / "ops.md"
 
@@ -29,12 +31,14 @@ HEADINGS = {
     "shape": "Shape ops",
     "creation": "Creation",
     "loss": "Losses",
+    "mem": "The mem dialect (planned memory)",
+    "exec": "The exec dialect (kernel launches, streams)",
 }
 
 HEADER = """\
-# The `graph` dialect: op catalog
+# Op catalog: the `graph` dialect, and the `mem` and `exec` dialects of planned functions
 
-Generated from the op classes in `dialects/graph/` by `python tools/gen_op_docs.py`; do not edit it
+Generated from the op classes in `dialects/` by `python tools/gen_op_docs.py`; do not edit it
 by hand. The language itself (syntax, types, attribute values, semantics notes) is in [ir.md](ir.md).
 
 Each op lists its operands, its attributes with what each takes and its default (a `required` one
@@ -46,7 +50,7 @@ op's docs) and its `kind`, the class fusion sees it as.
 def split_doc(op: type[Op]) -> tuple[str, str]:
     """An op docstring `meaning:  %y = graph.x(...) : T` as (meaning, example)."""
     doc = " ".join((op.__doc__ or "").split())
-    m = re.match(r"(.*?):\s+(%.*)$", doc)
+    m = re.match(r"(.*?):\s+(%.*|(?:mem|exec)\.[a-z_]+ .*)$", doc)
     if m is None:
         return doc, ""
     return m.group(1), m.group(2)
@@ -105,7 +109,7 @@ def heading(op: type[Op]) -> str:
 def render() -> str:
     """The whole of docs/ops.md."""
     groups: dict[str, list[type[Op]]] = {}
-    for op in GRAPH.ops:
+    for op in [*GRAPH.ops, *MEM.ops, *EXEC.ops]:
         groups.setdefault(heading(op), []).append(op)
     index = ["| group | ops |", "|---|---|"]
     for title, ops in groups.items():
@@ -115,7 +119,7 @@ def render() -> str:
     for title, ops in groups.items():
         module = sys.modules[ops[0].__module__]
         summary = " ".join((module.__doc__ or "").split("\n\n")[0].split())
-        path = module.__name__.replace(".", "/") + ".py"
+        path = module.__name__.replace(".", "/") + ("/__init__.py" if module.__file__.endswith("__init__.py") else ".py")
         parts.append(f"## {title}\n\n`{path}`: {summary}\n")
         parts += [render_op(op) for op in ops]
     return "\n".join(parts)

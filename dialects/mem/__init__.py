@@ -6,7 +6,7 @@ Arguments and constants stay where they are.
 
     %arena = mem.arena {size = 524288} : tensor<524288xi8>
     %t = mem.view(%arena) {offset = 262144} : tensor<64x1024xf32>
-    %out = mem.alloc : tensor<64x10xf32>
+    %out = mem.alloc() : tensor<64x10xf32>
 
 On the reference interpreter the arena is one NumPy byte array and views alias it, so a plan that lets
 two live tensors overlap computes wrong numbers there too.
@@ -72,7 +72,7 @@ class View(Op, name="mem.view"):
 
 
 class Alloc(Op, name="mem.alloc"):
-    """A buffer of its own, outside the arena (a function result):  %r = mem.alloc : tensor<64x10xf32>"""
+    """A buffer of its own, outside the arena (a function result):  %r = mem.alloc() : tensor<64x10xf32>"""
 
     pure = False
 

@@ -41,7 +41,7 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "examples").glob("*.gir"))
 N_EXAMPLES = int(os.environ.get("GC_DIFF_EXAMPLES", "500"))
 
-CHANGES_MEANING = {"prune-weights"}  # zeroes weights on purpose
+CHANGES_MEANING = {"prune-weights", "mixed-precision"}  # zeroes weights / rounds to 16 bits on purpose
 INEXACT = {"fold-batch-norm"}  # folds in f64 and rounds once: the last bits of f32 results move
 TOLERANCE = {DType.f16: (1e-3, 1e-4), DType.bf16: (1e-2, 1e-3)}  # else rtol 1e-5, atol 1e-6
 

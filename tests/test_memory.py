@@ -435,3 +435,17 @@ def test_docs_memory_md_table_is_current() -> None:
 
     r = subprocess.run([sys.executable, str(ROOT / "tools/memory_report.py"), "--check"], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
+
+
+def test_results_are_written_where_the_caller_wants_them() -> None:
+    import compiler
+
+    m = compiler.compile(ROOT / "examples/mlp.gir", "llvm")
+    src = parse_file(ROOT / "examples/mlp.gir")
+    inputs = random_inputs(src["main"], 4, src)
+    out = np.full((64, 10), np.nan, np.float32)
+    got = m.run_into([out], **inputs)
+    assert got[0] is out
+    np.testing.assert_allclose(out, run(src, inputs)[0], rtol=1e-4, atol=1e-5)
+    with pytest.raises(GCError, match=r"output 0 must be a writeable float32\[64, 10\]"):
+        m.run_into([np.zeros((64, 9), np.float32)], **inputs)

@@ -108,10 +108,19 @@ class CompiledModel:
         return sum(1 for c in self.plan["calls"] if "kernel" in c)
 
     def __call__(self, *args, **kwargs) -> list[np.ndarray]:
+        return self._run(None, args, kwargs)
+
+    def run_into(self, outputs: list[np.ndarray], *args, **kwargs) -> list[np.ndarray]:
+        """Like calling the model, but the results are written into `outputs` (NumPy arrays of the result
+        types), in place of new arrays: on the CPU the last kernels write there directly, no copy."""
+        return self._run(outputs, args, kwargs)
+
+    def _run(self, outputs: list[np.ndarray] | None, args, kwargs) -> list[np.ndarray]:
         if self.unavailable:
             raise GCError(self.unavailable)
         inputs = self._bind(args, kwargs)
         bufs = list(self._bufs)
+        direct = self._bind_outputs(outputs, bufs) if outputs is not None else []
         check_alignment = not self._unaligned_ok
         for slot, x, staging, stage in zip(self._arg_slots, inputs, self._staging, self._always_stage):
             if slot < 0:
@@ -125,8 +134,32 @@ class CompiledModel:
             fn(*[bufs[i] for i in idx])
         if self._streams is not None:
             self._streams.finish()
+        if outputs is not None:
+            for o, r, d, view in zip(outputs, self._results, direct, self._result_views):
+                if not d:
+                    np.copyto(o, view if view is not None else _to_numpy(bufs[r]))
+            return list(outputs)
         # Results come back through NumPy views of the (allocated once) TVM buffers: one copy, no round trip.
         return [view.copy() if view is not None else _to_numpy(bufs[r]) for r, view in zip(self._results, self._result_views)]
+
+    def _bind_outputs(self, outputs: list[np.ndarray], bufs: list) -> list[bool]:
+        """Check the caller's result arrays; those the kernels can write into directly replace the result
+        buffers in `bufs` (on the CPU, C-contiguous, aligned as the kernels need, not bf16 or empty)."""
+        types = [(tuple(b["shape"]), np.dtype(DType(b["dtype"]).np)) for b in (self.plan["buffers"][r] for r in self._results)]
+        if len(outputs) != len(types):
+            raise GCError(f"the model has {len(types)} result(s), got {len(outputs)} output array(s)")
+        direct = []
+        for i, (o, (shape, dtype)) in enumerate(zip(outputs, types)):
+            if not isinstance(o, np.ndarray) or o.shape != shape or o.dtype != dtype or not o.flags.writeable:
+                got = f"{o.dtype}{list(o.shape)}" if isinstance(o, np.ndarray) else type(o).__name__
+                raise GCError(f"output {i} must be a writeable {dtype}{list(shape)} NumPy array, got {got}")
+            ok = (self.target["kind"] != "cuda" and o.flags.c_contiguous and dtype != _BF16 and o.size > 0
+                  and (self._unaligned_ok or o.__array_interface__["data"][0] % ALIGN == 0)
+                  and sum(1 for r in self._results if r == self._results[i]) == 1)
+            if ok:
+                bufs[self._results[i]] = o
+            direct.append(ok)
+        return direct
 
     def _bind(self, args, kwargs) -> list[np.ndarray]:
         if args and kwargs:

@@ -31,13 +31,20 @@ def random_inputs(f: Func, seed: int, module: Module | None = None) -> dict[str,
 
 
 def _uses(f: Func, a: Value, module: Module | None, depth: int = 0) -> list:
-    """The (op, operand index) uses of `a`, following graph.call into the callee's argument."""
+    """The (op, operand index) uses of `a`, following graph.call and exec.launch into the callee's argument
+    and graph.cast to its result's users (a weight mixed-precision casts to f16 is still a weight)."""
     out = []
     for op, i in f.users().get(a, []):
-        callee = getattr(op, "callee", None) if op is not None else None
-        if module is not None and callee is not None and callee.name in module and depth < 8:
+        if op is None or depth >= 8:
+            out.append((op, i))
+            continue
+        callee = getattr(op, "callee", None) or (op.attrs.get("kernel") if op.name == "exec.launch" else None)
+        if module is not None and callee is not None and callee.name in module:
             g = module[callee.name]
-            out += _uses(g, g.args[i], module, depth + 1)
+            if i < len(g.args):
+                out += _uses(g, g.args[i], module, depth + 1)
+        elif op.name == "graph.cast":
+            out += _uses(f, op.result, module, depth + 1)
         else:
             out.append((op, i))
     return out

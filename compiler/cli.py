@@ -124,6 +124,9 @@ def _parser() -> argparse.ArgumentParser:
     c.add_argument("--params", metavar="W.npz", help="bind these arguments as constants (weights) at compile time")
     c.add_argument("--entry", default="main", metavar="NAME", help="the function to compile (default: main)")
     c.add_argument("--stats", metavar="STATS.json", help="write compile statistics (memory, kernels, time) as JSON")
+    c.add_argument("--concurrent", action="store_true",
+                   help="cuda: plan memory so that independent branches on separate streams never wait for each "
+                   "other's bytes (a larger arena)")
     c.add_argument("--emit", choices=["gir", "plan", "tir", "llvm", "cuda", "asm"],
                    help="print this stage to stdout instead of writing an artifact: gir (after the graph passes), "
                    "plan (memory planned: mem/exec IR), tir, llvm, cuda, asm")
@@ -464,10 +467,10 @@ def cmd_compile(args) -> int:
     run_pipeline(module, PIPELINE if args.pipeline is None else args.pipeline)
     if args.emit in ("gir", "plan"):
         if args.emit == "plan":
-            plan_module(module, args.target, args.entry)
+            plan_module(module, args.target, args.entry, concurrent=args.concurrent)
         sys.stdout.write(print_module(module))
         return 0
-    model = build(module, args.target, entry=args.entry, arch=args.arch)
+    model = build(module, args.target, entry=args.entry, arch=args.arch, concurrent=args.concurrent)
     seconds = time.perf_counter() - t0
     if args.emit:
         sys.stdout.write(_emit(model, args.emit))

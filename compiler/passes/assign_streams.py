@@ -106,7 +106,7 @@ def _assign(f: Func, max_streams: int) -> tuple[int, int]:
     for i in range(len(steps)):
         s = stream[i]
         clock = known.setdefault(s, {})
-        for d in deps[i]:
+        for d in sorted(deps[i], reverse=True):  # the latest first: its event often implies the earlier ones
             sd = stream[d]
             if sd == s or clock.get(sd, 0) >= snapshot[d][sd]:
                 continue

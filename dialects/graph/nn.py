@@ -789,8 +789,24 @@ class Softmax(Op, name="graph.softmax"):
 
         dtype = str(x.dtype)
         acc = _compute_dtype(dtype)
-        z, sum_exp = self.shifted_te(x, acc)
-        return te.compute(x.shape, lambda *i: (te.exp(z(*i)) / sum_exp(*self.row(i))).astype(dtype), name="softmax")
+        z, _ = self.shifted_te(x, acc)
+        # exp(x - max) as a stage of its own, read by the sum and the quotient: the row schedule keeps it in
+        # a row buffer rather than computing the exponential twice.
+        e = te.compute(x.shape, lambda *i: te.exp(z(*i)), name="softmax_exp")
+        sum_exp = self.row_sum_te(e)
+        return te.compute(x.shape, lambda *i: (e(*i) / sum_exp(*self.row(i))).astype(dtype), name="softmax")
+
+    def row_sum_te(self, e: te.Tensor) -> te.Tensor:
+        from tvm import te
+
+        shape = self.operands[0].type.shape
+        axis = self.axis % len(shape)
+
+        def at(*r):
+            k = te.reduce_axis((0, shape[axis]), name="k")
+            return te.sum(e(*r[:axis], k, *r[axis:]), axis=k)
+
+        return te.compute(shape[:axis] + shape[axis + 1 :], at, name=f"{self.name.split('.')[-1]}_sum")
 
     def row(self, i: tuple) -> tuple:
         """The index of an element's row (the reduced tensor) from its full index."""

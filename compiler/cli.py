@@ -21,6 +21,7 @@ examples:
   gc run net.gir --inputs in.npz --outputs out.npz
   gc opt net.gir -O2 --print-ir-after-change --timing
   gc compile net.gir --target llvm -o net.gcpkg && gc run net.gcpkg --inputs in.npz
+  gc import model.onnx -o model.gir && gc compile model.gir --params model.npz
 """
 
 
@@ -200,7 +201,73 @@ def _parser() -> argparse.ArgumentParser:
     pr.add_argument("-o", "--output", metavar="OUT.gir", help="write the pruned module here (default: stdout)")
     pr.add_argument("--params-out", metavar="OUT.npz", help="write the pruned weights here")
     pr.set_defaults(func=_cmd_prune)
+
+    im = sub.add_parser("import", help="convert an ONNX model into a .gir module, its weights into an .npz",
+                        description="Convert an ONNX model into a .gir module with one function, @main: the "
+                        "model's inputs are its first arguments, the weights (floating-point initializers) the "
+                        "rest, written to an .npz beside the .gir (or constants in it with --embed-weights). "
+                        "Each op line names the ONNX node it came from in a comment. Shapes are static: "
+                        "give symbolic dimensions with --input-shape (a leading one, the batch, is 1). "
+                        "Needs the onnx package.",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        epilog="examples:\n  gc import model.onnx -o model.gir\n"
+                        "  gc import bert.onnx --input-shape input_ids=1x128 -o bert.gir\n"
+                        "  gc compile model.gir --params model.npz -o model.gcpkg")
+    im.add_argument("file", help="the .onnx model")
+    im.add_argument("-o", "--output", metavar="OUT.gir",
+                    help="where to write the module (default: MODEL.gir here); the weights go to OUT.npz")
+    im.add_argument("--input-shape", metavar="NAME=D1xD2x...", action="append", default=[],
+                    help="the shape of an input with symbolic dimensions, e.g. input=1x3x224x224 (repeatable)")
+    im.add_argument("--embed-weights", action="store_true",
+                    help="write the weights into the .gir as constants instead of an .npz")
+    im.set_defaults(func=_cmd_import)
+
+    tr = sub.add_parser("train", help="train a loss function's weights with SGD on a synthetic data set",
+                        description="Train the weights of a function returning a scalar loss: the "
+                        "make-train-step pass adds its SGD step (forward, loss, gradients, w - lr * grad), "
+                        "compiled once, run --steps times over a synthetic data set the net can learn "
+                        "(Gaussian clusters per class for softmax_cross_entropy, a random teacher net's outputs "
+                        "as mse_loss targets). The data inputs are the first argument and the loss's targets; "
+                        "every other floating-point argument is a weight. Prints the first and last loss and "
+                        "writes the trained weights as an .npz keyed by argument name.",
+                        formatter_class=argparse.RawDescriptionHelpFormatter,
+                        epilog="examples:\n  gc train examples/train_mlp.gir --steps 200 -o trained.npz\n"
+                        "  gc train net.gir --steps 50 --target interp --lr 0.05 --params init.npz\n"
+                        "  gc compile examples/mlp.gir --params trained.npz -o mlp.gcpkg")
+    tr.add_argument("file", help="the .gir file; its function returns a scalar loss")
+    tr.add_argument("--steps", type=int, default=100, help="SGD steps (default 100)")
+    tr.add_argument("--target", default="llvm", choices=["interp", "llvm", "cuda"],
+                    help="where the step runs: llvm (default, compiled once), cuda, or interp (the reference "
+                    "interpreter)")
+    tr.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
+    tr.add_argument("--batch-size", type=int, metavar="N",
+                    help="train at this batch size (default: the function's own leading data dimension)")
+    tr.add_argument("--examples", type=int, metavar="N", help="size of the synthetic data set (default 16 batches)")
+    tr.add_argument("--params", metavar="W.npz", help="initial weights keyed by argument name (default: He-normal)")
+    tr.add_argument("--train", metavar="NAMES", help="comma-separated arguments to train (default: every "
+                    "floating-point one but the data)")
+    tr.add_argument("-o", "--output", metavar="OUT.npz", help="where to write the weights (default: FILE.trained.npz)")
+    tr.add_argument("--entry", default="main", metavar="NAME", help="the loss function (default: main)")
+    tr.add_argument("--seed", type=int, default=0, help="seed of the data set and the initial weights (default 0)")
+    tr.set_defaults(func=_cmd_train)
     return p
+
+
+def _cmd_train(args) -> int:
+    from compiler.training import cmd_train
+
+    return cmd_train(args)
+
+
+def _cmd_import(args) -> int:
+    from compiler.importers.onnx import cmd_import, parse_input_shape
+
+    for text in args.input_shape:
+        try:
+            parse_input_shape(text)
+        except ValueError as e:
+            raise UsageError(str(e)) from None
+    return cmd_import(args)
 
 
 def _cmd_prune(args) -> int:

@@ -131,6 +131,20 @@ def test_dense_with_transposed_weights_packs_them() -> None:
     np.testing.assert_allclose(got, x @ y.T, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("k,m,n", [(64, 1024, 1024), (7, 257, 45), (13, 30, 10), (3, 5, 70)])
+def test_transposed_a_of_a_weight_gradient_with_its_update(k: int, m: int, n: int) -> None:
+    """w - lr * (x^T @ dy), x stored [K, M]: the rule packs x into row panels (or reads it in place when
+    B is one panel wide) and keeps the update as the epilogue."""
+    a, b, w = te.placeholder((k, m), name="a"), te.placeholder((k, n), name="b"), te.placeholder((m, n), name="w")
+    r = te.reduce_axis((0, k), name="r")
+    g = te.compute((m, n), lambda i, j: te.sum(a[r, i] * b[r, j], axis=r), name="g")
+    out = te.compute((m, n), lambda i, j: w[i, j] - 0.1 * g[i, j], name="update")
+    x, y, z = rand((k, m)), rand((k, n)), rand((m, n))
+    got, rule = run([a, b, w, out], ANCHOR, x, y, z)
+    assert rule == "matmul"
+    np.testing.assert_allclose(got, z - 0.1 * (x.T @ y), rtol=1e-4, atol=1e-4)
+
+
 def test_matmul_over_a_vector_is_a_gemv() -> None:
     v, b = te.placeholder((33,), name="v"), te.placeholder((33, 70), name="b")
     r = te.reduce_axis((0, 33), name="r")

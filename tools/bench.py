@@ -1,12 +1,16 @@
 """Benchmark gc against PyTorch eager, ONNX Runtime and NumPy on this machine's CPU.
 
-    python tools/bench.py [--quick] [--only mlp,cnn,transformer,matmul,overhead] [--threads 2] [--json out.json]
+    python tools/bench.py [--quick] [--only mlp,cnn,transformer,resnet,matmul,overhead,train] [--threads 2] [--json out.json]
 
-Three measurements (docs/benchmarks.md explains each number):
-  nets      median latency of the example nets (gc with weights as arguments and bound at compile time,
-            torch eager, ONNX Runtime), every output first checked against gc's reference interpreter
+Four measurements (docs/benchmarks.md explains each number):
+  nets      median latency of the example nets and of a ResNet-18 exported from torch and imported with
+            `gc import` (gc with weights as arguments and bound at compile time, torch eager, ONNX Runtime),
+            every output first checked against gc's reference interpreter
   matmul    GFLOP/s of gc's matmul kernel vs NumPy's BLAS
   overhead  the fixed cost of one call: relu on tensor<16xf32> through each runtime
+  train     the MLP's training step (examples/train_mlp.gir): forward and loss, then with every weight's
+            gradient, then with the SGD update too, gc (@main, @main_grad, @train_step) vs torch eager
+            (loss.backward()); backward = (with gradients) - (forward), against the forward it follows
 
 Each framework runs in its own process (this script with --worker), one after the other, because the
 thread pools of TVM, torch, ORT and OpenBLAS spin and fight over the cores when they share a process.
@@ -28,6 +32,7 @@ import tempfile
 import time
 import traceback
 from datetime import datetime, timezone
+from functools import partial
 from pathlib import Path
 from typing import Callable
 
@@ -42,9 +47,9 @@ RTOL = 1e-3
 ATOL_SCALE = 1e-3
 ALIGN = 64
 MATMUL_SHAPES = [(1024, 1024, 1024), (64, 784, 1024), (64, 1024, 1024), (64, 1024, 10)]
-GROUPS = ["mlp", "cnn", "transformer", "matmul", "overhead"]
+GROUPS = ["mlp", "cnn", "transformer", "resnet", "matmul", "overhead", "train"]
 # The kinds of benchmark each worker (framework) takes part in.
-WORKERS = {"gc": {"net", "matmul", "overhead"}, "torch": {"net", "overhead"}, "ort": {"net", "overhead"},
+WORKERS = {"gc": {"net", "matmul", "overhead", "train"}, "torch": {"net", "overhead", "train"}, "ort": {"net", "overhead"},
            "numpy": {"matmul"}}
 NET_COLUMNS = [("gc", "gc args"), ("gc-params", "gc params"), ("torch", "torch eager"), ("ort", "onnxruntime")]
 
@@ -76,14 +81,64 @@ def benches() -> list[dict]:
         {"name": "cnn-b1", "group": "cnn", "kind": "net", "gir": cnn},
         {"name": "cnn-b16", "group": "cnn", "kind": "net", "gir": with_batch(cnn, 16)},
         {"name": "transformer", "group": "transformer", "kind": "net", "gir": transformer},
+        # Exported from torch and imported with `gc import` when selected (make_inputs), so torch is needed.
+        {"name": "resnet18-onnx-b1", "group": "resnet", "kind": "net", "gir": None, "onnx": "resnet18"},
     ]
     for m, k, n in MATMUL_SHAPES:
         out.append({"name": f"matmul-{m}x{k}x{n}", "group": "matmul", "kind": "matmul", "gir": matmul_gir(m, k, n),
                     "flop": 2 * m * k * n})
     out.append({"name": "relu-16", "group": "overhead", "kind": "overhead", "gir": RELU_GIR})
+    out.append({"name": "train-mlp-b64", "group": "train", "kind": "train",
+                "gir": (ROOT / "examples" / "train_mlp.gir").read_text()})
     for b in out:
-        b["data"] = ["x"] if b["kind"] != "matmul" else ["a", "b"]
+        b["data"] = {"matmul": ["a", "b"], "train": ["x", "labels"]}.get(b["kind"], ["x"])
     return out
+
+
+RESNET_HW = 224
+
+
+def resnet18_onnx(seed: int) -> tuple[str, dict[str, np.ndarray]]:
+    """A ResNet-18 (torchvision's layout; random weights and batch-norm statistics) at batch 1, exported with
+    torch.onnx (which folds batch norm into the convolutions) and imported with gc import: GIR and weights."""
+    import io
+    import warnings
+
+    import onnx
+    import torch
+    from torch import nn
+
+    from compiler.importers.onnx import import_onnx
+
+    class Block(nn.Module):
+        def __init__(self, cin: int, cout: int, stride: int) -> None:
+            super().__init__()
+            self.c1, self.b1 = nn.Conv2d(cin, cout, 3, stride, 1, bias=False), nn.BatchNorm2d(cout)
+            self.c2, self.b2 = nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout)
+            self.down = nn.Identity() if stride == 1 and cin == cout else nn.Sequential(
+                nn.Conv2d(cin, cout, 1, stride, bias=False), nn.BatchNorm2d(cout))
+
+        def forward(self, x):
+            return torch.relu(self.b2(self.c2(torch.relu(self.b1(self.c1(x))))) + self.down(x))
+
+    torch.manual_seed(seed)
+    layers = [nn.Conv2d(3, 64, 7, 2, 3, bias=False), nn.BatchNorm2d(64), nn.ReLU(), nn.MaxPool2d(3, 2, 1)]
+    for cin, cout, stride in [(64, 64, 1), (64, 128, 2), (128, 256, 2), (256, 512, 2)]:
+        layers += [Block(cin, cout, stride), Block(cout, cout, 1)]
+    net = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(512, 1000)).eval()
+    with torch.no_grad():
+        for m in net.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                for t, lo, hi in ((m.weight, 0.5, 1.5), (m.bias, -0.1, 0.1), (m.running_mean, -0.1, 0.1),
+                                  (m.running_var, 0.5, 1.5)):
+                    t.uniform_(lo, hi)
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter is deprecated; dynamo's needs onnxscript
+        torch.onnx.export(net, (torch.zeros(1, 3, RESNET_HW, RESNET_HW),), f, dynamo=False, input_names=["x"],
+                          output_names=["y"])
+    imported = import_onnx(onnx.load_from_string(f.getvalue()), gir_name="resnet18.gir")
+    return imported.text, imported.weights
 
 
 def make_inputs(b: dict, tmp: Path, seed: int) -> None:
@@ -91,13 +146,44 @@ def make_inputs(b: dict, tmp: Path, seed: int) -> None:
     import compiler
     from compiler.inputs import random_inputs
 
+    weights = {}
+    if b.get("onnx") == "resnet18":
+        b["gir"], weights = resnet18_onnx(seed)
     module = compiler.parse(b["gir"], b["name"])
-    inputs = random_inputs(module["main"], seed, module)
-    expected = compiler.run(module, inputs)[0]
+    inputs = {**random_inputs(module["main"], seed, module), **weights}
     stem = tmp / re.sub(r"\W", "_", b["name"])
     np.savez(f"{stem}.inputs.npz", **inputs)
-    np.save(f"{stem}.expected.npy", expected)
-    b["inputs"], b["expected"] = f"{stem}.inputs.npz", f"{stem}.expected.npy"
+    b["inputs"] = f"{stem}.inputs.npz"
+    if b["kind"] == "train":
+        b["expected"] = f"{stem}.expected.npz"
+        np.savez(b["expected"], **train_expected(module, inputs, b["data"]))
+        return
+    np.save(f"{stem}.expected.npy", compiler.run(module, inputs)[0])
+    b["expected"] = f"{stem}.expected.npy"
+
+
+TRAIN_LR = 0.1
+
+
+def train_functions(module, data: list[str]) -> list[str]:
+    """Add @main_grad (loss, every weight's gradient) and @train_step (loss, the weights after one SGD step)
+    to the loss function @main; the weights' names."""
+    from compiler.pipeline import run_pipeline
+
+    weights = [a.name for a in module["main"].args if a.name not in data]
+    run_pipeline(module, f"make-train-step{{lr={TRAIN_LR}}},autodiff{{wrt={','.join(weights)}}}")
+    return weights
+
+
+def train_expected(module, inputs: dict[str, np.ndarray], data: list[str]) -> dict[str, np.ndarray]:
+    """The reference interpreter's loss, gradients (grad_NAME) and updated weights (new_NAME)."""
+    import compiler
+
+    weights = train_functions(module, data)
+    loss, *grads = compiler.run(module, inputs, entry="main_grad")
+    _, *new = compiler.run(module, inputs, entry="train_step")
+    return {"loss": loss, **{f"grad_{k}": g for k, g in zip(weights, grads)},
+            **{f"new_{k}": w for k, w in zip(weights, new)}}
 
 
 # --- timing -----------------------------------------------------------------------------------------------
@@ -182,6 +268,10 @@ def torch_expr(op, xs: list[str], const: Callable[[np.ndarray], str]) -> str:
         return f"{_TORCH_BINARY[kind]}({xs[0]}, {xs[1]})"
     if kind == "constant":
         return const(a["value"].array)
+    if kind == "softmax_cross_entropy":
+        return f"F.cross_entropy({xs[0]}, {xs[1]}.long())"
+    if kind == "mse_loss":
+        return f"F.mse_loss({xs[0]}, {xs[1]})"
     if kind == "gelu":
         return f"F.gelu({xs[0]}, approximate={a['approximate']!r})"
     if kind in ("softmax", "log_softmax"):
@@ -211,7 +301,7 @@ def torch_expr(op, xs: list[str], const: Callable[[np.ndarray], str]) -> str:
     raise Unsupported(f"no torch translation for {op.name}")
 
 
-def to_torch(module, weights: dict[str, np.ndarray], data: list[str]) -> Callable:
+def to_torch(module, weights: dict, data: list[str]) -> Callable:
     """@main as straight-line torch code (generated source, so no interpreter loop is timed); weights captured."""
     import torch
     import torch.nn.functional as F
@@ -237,7 +327,9 @@ def to_torch(module, weights: dict[str, np.ndarray], data: list[str]) -> Callabl
         lines.append(f"    {_ident(op.results[0], names)} = {expr}")
     params = ", ".join(_ident(a, names) for a in f.args if a.name in data)
     source = f"def net({params}):\n" + "\n".join(lines) + f"\n    return {_ident(f.results[0], names)}\n"
-    scope = {"torch": torch, "F": F, "C": consts, "W": {k: torch.from_numpy(v) for k, v in weights.items()}}
+    # Weights may come as tensors already (the training benchmark's require gradients).
+    w = {k: v if isinstance(v, torch.Tensor) else torch.from_numpy(v) for k, v in weights.items()}
+    scope = {"torch": torch, "F": F, "C": consts, "W": w}
     exec(compile(source, "<gir->torch>", "exec"), scope)
     return scope["net"]
 
@@ -318,11 +410,16 @@ def to_onnx(module, weights: dict[str, np.ndarray], data: list[str]) -> bytes:
 
 
 def load_bench(b: dict) -> tuple[object, dict[str, np.ndarray], np.ndarray]:
+    """The module, its inputs, and the expected output (for training, a dict of every expected array)."""
     import compiler
 
     with np.load(b["inputs"]) as z:
         inputs = {k: z[k] for k in z.files}
-    return compiler.parse(b["gir"], b["name"]), inputs, np.load(b["expected"])
+    expected = np.load(b["expected"])
+    if isinstance(expected, np.lib.npyio.NpzFile):
+        with expected as z:
+            expected = {k: z[k] for k in z.files}
+    return compiler.parse(b["gir"], b["name"]), inputs, expected
 
 
 def timed(fn: Callable[[], object], first: object, expected: np.ndarray, quick: bool, **extra) -> dict:
@@ -333,6 +430,8 @@ def timed(fn: Callable[[], object], first: object, expected: np.ndarray, quick: 
 
 def run_gc(b: dict, quick: bool) -> dict:
     """gc with the weights as arguments and, for the nets, bound at compile time; each variant on its own."""
+    if b["kind"] == "train":
+        return gc_train(b, quick)
     module, inputs, expected = load_bench(b)
     if b["kind"] == "matmul":
         return {"gc": gc_kernel_only(b, [aligned(inputs[a.name]) for a in module["main"].args], expected, quick)}
@@ -409,9 +508,85 @@ def _direct_calls(model, args: list[np.ndarray]) -> tuple[Callable[[], None], ob
     return run, bufs[plan["results"][0]]
 
 
+# The three functions of the training benchmark: what each computes, and the expected arrays it returns.
+TRAIN_VARIANTS = [("forward", "main", ["loss"]), ("grad", "main_grad", ["loss", "grad_"]),
+                  ("step", "train_step", ["loss", "new_"])]
+
+
+def _train_keys(prefixes: list[str], weights: list[str]) -> list[str]:
+    return [k for p in prefixes for k in ([p] if not p.endswith("_") else [p + w for w in weights])]
+
+
+def timed_all(fn: Callable[[], object], got: list, expected: list[np.ndarray], quick: bool, **extra) -> dict:
+    """timed() for functions with several results: all are checked first."""
+    err = max(check(g, e) for g, e in zip(got, expected))
+    return {**measure(fn, quick), "max_err": err, **extra}
+
+
+def gc_train(b: dict, quick: bool) -> dict:
+    """@main (forward and loss), @main_grad (and every gradient), @train_step (and the SGD update), each
+    compiled on its own and called with preallocated results (as a training loop would: no allocation)."""
+    import compiler
+
+    module, inputs, expected = load_bench(b)
+    weights = train_functions(module, b["data"])
+
+    def variant(entry: str, keys: list[str]) -> dict:
+        t = time.perf_counter()
+        model = compiler.compile(module, "llvm", entry=entry)
+        compile_s = time.perf_counter() - t
+        args = [aligned(inputs[k]) for k in model.arg_names]
+        outs = [aligned(np.empty_like(expected[k])) for k in keys]
+        return timed_all(lambda: model.run_into(outs, *args), model(*args), [expected[k] for k in keys], quick,
+                         compile_s=compile_s, kernels=model.num_kernels)
+
+    return {f"gc-{name}": attempt(partial(variant, entry, _train_keys(keys, weights)))
+            for name, entry, keys in TRAIN_VARIANTS}
+
+
+def torch_train(b: dict, quick: bool) -> dict:
+    """The same three computations in torch eager: forward under no_grad, loss.backward(), and an in-place
+    SGD update of the weights (which then drift from step to step: the timing does not depend on them)."""
+    import torch
+
+    module, inputs, expected = load_bench(b)
+    names = [a.name for a in module["main"].args if a.name not in b["data"]]
+    weights = {k: torch.from_numpy(inputs[k].copy()).requires_grad_() for k in names}
+    net = to_torch(module, weights, b["data"])
+    xs = [torch.from_numpy(inputs[k]) for k in b["data"]]
+    ws = list(weights.values())
+
+    def forward() -> list:
+        with torch.no_grad():
+            return [net(*xs)]
+
+    def grad() -> list:
+        for w in ws:
+            w.grad = None
+        loss = net(*xs)
+        loss.backward()
+        return [loss.detach(), *(w.grad for w in ws)]
+
+    def step() -> list:
+        loss = grad()[0]
+        with torch.no_grad():
+            for w in ws:
+                w.add_(w.grad, alpha=-TRAIN_LR)
+        return [loss, *(w.detach() for w in ws)]
+
+    def variant(fn: Callable[[], list], keys: list[str]) -> dict:
+        want = [expected[k] for k in _train_keys(keys, names)]
+        return timed_all(fn, [t.numpy().copy() for t in fn()], want, quick)
+
+    return {f"torch-{name}": attempt(partial(variant, fn, keys))
+            for (name, _, keys), fn in zip(TRAIN_VARIANTS, (forward, grad, step))}
+
+
 def run_torch(b: dict, quick: bool) -> dict:
     import torch
 
+    if b["kind"] == "train":
+        return torch_train(b, quick)
     module, inputs, expected = load_bench(b)
     weights = {k: v for k, v in inputs.items() if k not in b["data"]}
     net = to_torch(module, weights, b["data"])
@@ -522,7 +697,7 @@ def cell(b: dict, variant: str, results: dict) -> dict:
     """One framework's entry for one benchmark: timings, or n/a / error with the reason."""
     if "setup_error" in b:
         return {"error": b["setup_error"]}
-    worker = "gc" if variant.startswith("gc") else variant
+    worker = variant.split("-")[0]  # gc-params, torch-grad: the worker that measured it
     r = results.get(worker, {})
     if "unavailable" in r:
         return {"n/a": r["unavailable"]}
@@ -562,9 +737,10 @@ def table(head: list[str], rows: list[list[str]]) -> str:
 def report(job: dict, results: dict) -> tuple[str, list[dict], list[str]]:
     """The three tables, the records for --json, and the problems (errors, wrong results) found."""
     records, problems, parts = [], [], []
-    by_kind = {k: [b for b in job["benches"] if b["kind"] == k] for k in ("net", "matmul", "overhead")}
+    by_kind = {k: [b for b in job["benches"] if b["kind"] == k] for k in ("net", "matmul", "overhead", "train")}
     for b in job["benches"]:
-        variants = {"net": [v for v, _ in NET_COLUMNS], "matmul": ["gc", "numpy"], "overhead": ["gc", "torch", "ort"]}
+        variants = {"net": [v for v, _ in NET_COLUMNS], "matmul": ["gc", "numpy"], "overhead": ["gc", "torch", "ort"],
+                    "train": [f"{w}-{n}" for w in ("gc", "torch") for n, _, _ in TRAIN_VARIANTS]}
         cells = {v: cell(b, v, results) for v in variants[b["kind"]]}
         records.append({"name": b["name"], "group": b["group"], "kind": b["kind"], "results": cells})
         b["cells"] = cells
@@ -601,6 +777,8 @@ def report(job: dict, results: dict) -> tuple[str, list[dict], list[str]]:
                          ratio(c["gc"], [c["torch"], c["ort"]])])
         parts.append("Per-call overhead (median µs for a 1-op model; ratio = gc / best of others)\n"
                      + table(["model", "gc µs", "torch eager µs", "onnxruntime µs", "gc / best"], rows))
+    if by_kind["train"]:
+        parts.append(train_table(by_kind["train"]))
     notes = [f"{w}: {r['unavailable']}" for w, r in results.items() if "unavailable" in r]
     notes += [f"{b['name']}, {v}: {c['n/a']}" for b in job["benches"] for v, c in b["cells"].items()
               if "n/a" in c and "not installed" not in c["n/a"]]
@@ -609,6 +787,27 @@ def report(job: dict, results: dict) -> tuple[str, list[dict], list[str]]:
     if compile_s:
         notes.append("gc compile time: " + ", ".join(compile_s))
     return "\n\n".join(parts) + ("\n\n" + "\n".join(notes) if notes else ""), records, problems
+
+
+def train_table(benches: list[dict]) -> str:
+    """Forward and loss, with every gradient, with the SGD update too; the backward pass is the difference
+    of the first two, and its ratio to the forward pass is what a training compiler is judged by."""
+    rows = []
+    for b in benches:
+        c = b["cells"]
+        backs = {}
+        for w, label in (("gc", "gc"), ("torch", "torch eager")):
+            fwd, grad, step = (c[f"{w}-{n}"] for n, _, _ in TRAIN_VARIANTS)
+            back = {"seconds": grad["seconds"] - fwd["seconds"]} if "seconds" in fwd and "seconds" in grad else {}
+            backs[w] = back
+            per_fwd = f"{back['seconds'] / fwd['seconds']:.2f}" if back else "-"
+            rows.append([b["name"], label, show(fwd, 1e3), show(grad, 1e3), show(step, 1e3),
+                         show(back, 1e3) if back else "-", per_fwd])
+        rows.append([b["name"], "gc / torch", *(ratio(c[f"gc-{n}"], [c[f"torch-{n}"]]) for n, _, _ in TRAIN_VARIANTS),
+                     ratio(backs["gc"], [backs["torch"]]), ""])
+    head = ["net", "", "forward+loss ms", "+gradients ms", "+SGD update ms", "backward ms", "backward / forward"]
+    return ("Training step (median ms; backward = (+gradients) - (forward+loss); ratio rows = gc / torch)\n"
+            + table(head, rows))
 
 
 def machine(threads: int, results: dict) -> dict:

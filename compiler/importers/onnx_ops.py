@@ -1,0 +1,1042 @@
+"""ONNX op types -> graph ops: one converter per op type (or family of alike ones).
+
+A converter takes a `Node` (inputs as GIR values, or as content known at import time; attributes; the
+model's opset) and returns one entry per ONNX output: a GIR value, an array for an output known at
+import time (Shape, Constant), or None for an optional output it does not compute. It emits graph ops
+with `n.b`; each op's `infer` checks the shapes. Semantics that changed between opsets (Softmax's 2-D
+coercion before 13, Clip's bounds as attributes before 11, axes as attributes or inputs, old-style
+broadcasting before 7) are resolved here against the model's opset. An ONNX op with no graph op of its
+own is written with several (Gemm's alpha and beta, 1-D and 3-D convolution and pooling through
+conv2d/pool2d, ConvTranspose as a convolution of the zero-stuffed input, Tile, reflect padding, ...).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from compiler.ir import DType, Value
+
+if TYPE_CHECKING:
+    from compiler.importers.onnx import Node
+
+
+@dataclass(frozen=True)
+class Converter:
+    fn: Callable[[Node], list]
+    attrs: frozenset[str]
+
+
+CONVERTERS: dict[str, Converter] = {}
+
+
+def converts(*op_types: str, attrs: str = "") -> Callable:
+    """Register a converter for these op types, which understands the attributes named in `attrs`."""
+
+    def register(fn: Callable[[Node], list]) -> Callable[[Node], list]:
+        for t in op_types:
+            CONVERTERS[t] = Converter(fn, frozenset(attrs.split()))
+        return fn
+
+    return register
+
+
+def _axis(n: Node, axis: int, rank: int) -> int:
+    if not -rank <= axis < rank:
+        raise n.error(f"axis {axis} is out of range for rank {rank}")
+    return axis % rank
+
+
+# --- elementwise ----------------------------------------------------------------------------------------
+
+_UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Softplus": "softplus", "Erf": "erf", "Neg": "neg",
+          "Abs": "abs", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal", "Floor": "floor",
+          "Ceil": "ceil", "Sin": "sin", "Cos": "cos"}  # fmt: skip
+
+
+@converts(*_UNARY, attrs="consumed_inputs")  # consumed_inputs: opsets 1-5, meaningless since
+def unary(n: Node) -> list:
+    return [getattr(n.b, _UNARY[n.op_type])(n.x(0))]
+
+
+@converts("LeakyRelu", "Elu", attrs="alpha consumed_inputs")
+def alpha_unary(n: Node) -> list:
+    if n.op_type == "LeakyRelu":
+        return [n.b.leaky_relu(n.x(0), alpha=float(n.attr("alpha", 0.01)))]
+    return [n.b.elu(n.x(0), alpha=float(n.attr("alpha", 1.0)))]
+
+
+@converts("Selu", attrs="alpha gamma consumed_inputs")
+def selu(n: Node) -> list:
+    x = n.x(0)
+    y = n.b.elu(x, alpha=float(n.attr("alpha", 1.67326319217681884765625)))
+    return [n.b.mul(y, n.scalar(n.attr("gamma", 1.05070102214813232421875), x))]
+
+
+@converts("Gelu", attrs="approximate")
+def gelu(n: Node) -> list:
+    return [n.b.gelu(n.x(0), approximate=n.attr("approximate", "none"))]
+
+
+@converts("HardSigmoid", "HardSwish", attrs="alpha beta")
+def hard_sigmoid(n: Node) -> list:
+    x = n.x(0)
+    alpha, beta = (0.2, 0.5) if n.op_type == "HardSigmoid" else (1 / 6, 0.5)
+    alpha, beta = float(n.attr("alpha", alpha)), float(n.attr("beta", beta))
+    y = n.b.clip(n.b.add(n.b.mul(x, n.scalar(alpha, x)), n.scalar(beta, x)), min=0.0, max=1.0)
+    return [y if n.op_type == "HardSigmoid" else n.b.mul(x, y)]
+
+
+@converts("Softsign")
+def softsign(n: Node) -> list:
+    x = n.x(0)
+    return [n.b.div(x, n.b.add(n.scalar(1, x), n.b.abs(x)))]
+
+
+@converts("PRelu", attrs="consumed_inputs")
+def prelu(n: Node) -> list:
+    x, slope = n.x(0), n.x(1)
+    if n.opset < 7 and slope.type.size != 1 and x.type.rank >= 2:
+        # Before opset 7 the slope is per channel (axis 1), not broadcast from the right.
+        slope = n.b.reshape(slope, shape=(-1,) + (1,) * (x.type.rank - 2))
+    return [n.b.where(n.b.less(x, n.scalar(0, x)), n.b.mul(x, slope), x)]
+
+
+@converts("Clip", attrs="min max consumed_inputs")
+def clip(n: Node) -> list:
+    x = n.x(0)
+    if n.opset < 11:
+        lo, hi = n.attr("min", -math.inf), n.attr("max", math.inf)
+    else:
+        bounds = [n.const(i, what) for i, what in ((1, "min"), (2, "max"))]
+        lo, hi = (
+            b.reshape(-1)[0].item() if b is not None and b.size else d for b, d in zip(bounds, (-math.inf, math.inf))
+        )
+    return [n.b.clip(x, min=float(lo), max=float(hi))]
+
+
+_BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow", "Equal": "equal",
+           "Less": "less", "Greater": "greater"}  # fmt: skip
+
+
+def _legacy_broadcast(n: Node, a: Value, b: Value) -> Value:
+    """Before opset 7, `broadcast = 1, axis = k` aligns b's dims with a's from axis k rather than from the right."""
+    axis = n.attr("axis", None)
+    if n.opset >= 7 or not n.attr("broadcast", 0) or axis is None or b.type.rank >= a.type.rank:
+        return b
+    tail = a.type.rank - _axis(n, axis, a.type.rank) - b.type.rank
+    if tail < 0:
+        raise n.error(f"b of rank {b.type.rank} does not fit into a's rank {a.type.rank} from axis {axis}")
+    return n.b.reshape(b, shape=b.type.shape + (1,) * tail) if tail else b
+
+
+@converts(*_BINARY, attrs="broadcast axis consumed_inputs")
+def binary(n: Node) -> list:
+    a, b = n.x(0), n.x(1)
+    b = _legacy_broadcast(n, a, b)
+    if n.op_type == "Pow" and b.type.dtype != a.type.dtype:  # the exponent may have its own type
+        b = n.b.cast(b, dtype=a.type.dtype)
+    return [getattr(n.b, _BINARY[n.op_type])(a, b)]
+
+
+@converts("GreaterOrEqual", "LessOrEqual")
+def compare_or_equal(n: Node) -> list:
+    a, b = n.x(0), n.x(1)
+    strict = n.b.greater(a, b) if n.op_type == "GreaterOrEqual" else n.b.less(a, b)
+    # where(a > b, true, a == b), not "not a < b", which a NaN would make true.
+    return [n.b.where(strict, n.constant(np.array(True), DType.i1), n.b.equal(a, b))]
+
+
+@converts("Not", "And", "Or", "Xor")
+def logical(n: Node) -> list:
+    true, false = n.constant(np.array(True), DType.i1), n.constant(np.array(False), DType.i1)
+    if n.op_type == "Not":
+        return [n.b.equal(n.x(0), false)]
+    a, b = n.x(0), n.x(1)
+    if n.op_type == "And":
+        return [n.b.where(a, b, false)]
+    if n.op_type == "Or":
+        return [n.b.where(a, true, b)]
+    return [n.b.equal(n.b.equal(a, b), false)]
+
+
+@converts("Sum", "Mean", "Max", "Min", attrs="consumed_inputs")
+def variadic(n: Node) -> list:
+    xs = n.xs()
+    fn = getattr(n.b, {"Sum": "add", "Mean": "add", "Max": "maximum", "Min": "minimum"}[n.op_type])
+    if n.op_type in ("Max", "Min"):
+        # Pairwise, as a balanced tree: a fused chain of maximums compiles in time exponential in its depth.
+        while len(xs) > 1:
+            xs = [fn(a, b) for a, b in zip(xs[::2], xs[1::2])] + xs[len(xs) // 2 * 2 :]
+        return [xs[0]]
+    y = xs[0]
+    for x in xs[1:]:
+        y = fn(y, x)
+    if n.op_type == "Mean" and len(xs) > 1:
+        y = n.b.div(y, n.scalar(len(xs), y))
+    return [y]
+
+
+@converts("Mod", attrs="fmod")
+def mod(n: Node) -> list:
+    fmod = bool(n.attr("fmod", 0))
+    known = n.constants()
+    if known is not None:  # shape arithmetic, as exporters emit it
+        return [(np.fmod if fmod else np.mod)(*known)]
+    a, b = n.x(0), n.x(1)
+    if a.type.dtype.is_float:
+        q = n.b.div(a, b)
+        # fmod truncates the quotient, mod floors it (the result takes the divisor's sign).
+        t = n.b.where(n.b.less(q, n.scalar(0, q)), n.b.ceil(q), n.b.floor(q)) if fmod else n.b.floor(q)
+        return [n.b.sub(a, n.b.mul(b, t))]
+    r = n.b.sub(a, n.b.mul(b, n.b.div(a, b)))  # integer div truncates: r has a's sign
+    if fmod:
+        return [r]
+    false = n.constant(np.array(False), DType.i1)
+    zero = n.scalar(0, r)
+    # A nonzero remainder of the other sign than b moves by b.
+    differ = n.b.equal(n.b.equal(n.b.less(r, zero), n.b.less(b, zero)), false)
+    fix = n.b.where(n.b.equal(r, zero), false, differ)
+    return [n.b.where(fix, n.b.add(r, b), r)]
+
+
+@converts("Where")
+def where(n: Node) -> list:
+    return [n.b.where(n.x(0), n.x(1), n.x(2))]
+
+
+@converts("Cast", attrs="to saturate round_mode")
+def cast(n: Node) -> list:
+    to = n.attr("to")
+    if isinstance(to, str):  # opset 1 named the type
+        to = n.imp.onnx.TensorProto.DataType.Value(to)
+    return [_cast(n, n.x(0), n.dense_dtype(to))]
+
+
+@converts("CastLike", attrs="saturate round_mode")
+def cast_like(n: Node) -> list:
+    return [_cast(n, n.x(0), n.type(1).dtype)]
+
+
+def _cast(n: Node, x: Value, dtype: DType) -> Value:
+    return x if x.type.dtype == dtype else n.b.cast(x, dtype=dtype)
+
+
+# --- linear algebra, convolution, pooling -----------------------------------------------------------------
+
+
+@converts("MatMul")
+def matmul(n: Node) -> list:
+    return [n.b.matmul(n.x(0), n.x(1))]
+
+
+@converts("Gemm", attrs="alpha beta transA transB broadcast")
+def gemm(n: Node) -> list:
+    a, w = n.x(0), n.x(1)
+    if a.type.rank != 2 or w.type.rank != 2:
+        raise n.error(f"A and B must be matrices, got {a.type} and {w.type}")
+    if n.attr("transA", 0):
+        a = n.b.transpose(a, perm=(1, 0))
+    if n.attr("transB", 0):
+        w = n.b.transpose(w, perm=(1, 0))  # matmul(x, transpose(w)): fuse reads w in place
+    y = n.b.matmul(a, w)
+    alpha, beta = float(n.attr("alpha", 1.0)), float(n.attr("beta", 1.0))
+    if alpha != 1.0:
+        y = n.b.mul(y, n.scalar(alpha, y))
+    if n.has(2) and beta != 0.0:
+        c = n.x(2)
+        y = n.b.add(y, c if beta == 1.0 else n.b.mul(c, n.scalar(beta, c)))
+    return [y]
+
+
+def _pads(n: Node, sizes: tuple[int, ...], kernel, strides, dilations) -> list[int]:
+    """ONNX pads [begin..., end...] from `pads` or `auto_pad`."""
+    k = len(sizes)
+    auto = n.attr("auto_pad", "NOTSET")
+    if auto in ("NOTSET", ""):
+        pads = list(n.attr("pads", [0] * 2 * k))
+        if len(pads) != 2 * k:
+            raise n.error(f"pads {pads} must have {2 * k} entries for {k} spatial axes")
+        return pads
+    if auto == "VALID":
+        return [0] * 2 * k
+    if auto not in ("SAME_UPPER", "SAME_LOWER"):
+        raise n.error(f"auto_pad '{auto}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
+    begins, ends = [], []
+    for size, kk, s, d in zip(sizes, kernel, strides, dilations):
+        out = -(-size // s)
+        total = max(0, (out - 1) * s + (kk - 1) * d + 1 - size)
+        small, big = total // 2, total - total // 2
+        begins.append(small if auto == "SAME_UPPER" else big)
+        ends.append(big if auto == "SAME_UPPER" else small)
+    return begins + ends
+
+
+def _window_attrs(n: Node, x: Value, kernel: list[int]) -> tuple[list[int], list[int], list[int]]:
+    """strides, dilations and pads of a conv or pool over x's spatial axes."""
+    k = x.type.rank - 2
+    if len(kernel) != k:
+        raise n.error(f"kernel_shape {list(kernel)} has {len(kernel)} entries for {k} spatial axes")
+    strides, dilations = list(n.attr("strides", [1] * k)), list(n.attr("dilations", [1] * k))
+    for what, v in (("strides", strides), ("dilations", dilations)):
+        if len(v) != k:
+            raise n.error(f"{what} {v} has {len(v)} entries for {k} spatial axes")
+    return strides, dilations, _pads(n, x.type.shape[2:], kernel, strides, dilations)
+
+
+def _spatial_rank(n: Node, x: Value, most: int = 3) -> int:
+    k = x.type.rank - 2
+    if not 1 <= k <= most:
+        raise n.error(
+            f"input {x.type} has {k} spatial axes; gc maps {'1 to 3' if most == 3 else '1 or 2'} onto its 2-D graph ops"
+        )
+    return k
+
+
+@converts("Conv", attrs="auto_pad dilations group kernel_shape pads strides")
+def conv(n: Node) -> list:
+    x, w = n.x(0), n.x(1)
+    bias = [n.x(2)] if n.has(2) else []
+    k = _spatial_rank(n, x)
+    if w.type.rank != x.type.rank:
+        raise n.error(f"W {w.type} must have the rank of X {x.type}")
+    kernel = list(n.attr("kernel_shape", w.type.shape[2:]))
+    if tuple(kernel) != w.type.shape[2:]:
+        raise n.error(f"kernel_shape {kernel} differs from W's spatial shape {list(w.type.shape[2:])}")
+    strides, dil, pads = _window_attrs(n, x, kernel)
+    group = n.attr("group", 1)
+    if k == 2:
+        return [n.b.conv2d(x, w, *bias, strides=strides, padding=pads, dilations=dil, groups=group)]
+    if k == 1:
+        y = n.b.conv2d(
+            n.b.unsqueeze(x, axes=(2,)),
+            n.b.unsqueeze(w, axes=(2,)),
+            *bias,
+            strides=(1, strides[0]),
+            padding=(0, pads[0], 0, pads[1]),
+            dilations=(1, dil[0]),
+            groups=group,
+        )
+        return [n.b.squeeze(y, axes=(2,))]
+    return [_conv3d(n, x, w, bias, strides, dil, pads, group)]
+
+
+def _depth_taps(n: Node, x: Value, count: int, taps: int, stride: int, dilation: int) -> Value:
+    """[N, C, taps, count, H, W]: for each tap t, x[:, :, t*dilation + o*stride] for o < count."""
+    parts = []
+    for t in range(taps):
+        s = n.b.slice(
+            x, starts=(t * dilation,), ends=(t * dilation + (count - 1) * stride + 1,), axes=(2,), steps=(stride,)
+        )
+        parts.append(n.b.unsqueeze(s, axes=(2,)))
+    return parts[0] if taps == 1 else n.b.concat(*parts, axis=2)
+
+
+def _conv3d(n: Node, x: Value, w: Value, bias: list, strides, dil, pads, group: int) -> Value:
+    """A 3-D convolution as one conv2d: the depth taps of the kernel join the input channels, the output
+    depths the batch. Channel c*kd + t of the 2-D input is tap t of channel c, group-contiguous as w's
+    [M, C/g * kd, kh, kw] reshape is."""
+    nb, c, d, h, wd = x.type.shape
+    m, cg, kd, kh, kw = w.type.shape
+    if pads[0] or pads[3]:
+        x = n.b.pad(x, pads=(0, 0, pads[0], 0, 0, 0, 0, pads[3], 0, 0))
+    depth = (d + pads[0] + pads[3] - dil[0] * (kd - 1) - 1) // strides[0] + 1
+    if depth < 1:
+        raise n.error(f"the dilated kernel depth {dil[0] * (kd - 1) + 1} is larger than the padded input depth")
+    taps = _depth_taps(n, x, depth, kd, strides[0], dil[0])  # [N, C, kd, Do, H, W]
+    x2 = n.b.reshape(n.b.transpose(taps, perm=(0, 3, 1, 2, 4, 5)), shape=(nb * depth, c * kd, h, wd))
+    w2 = n.b.reshape(w, shape=(m, cg * kd, kh, kw))
+    y = n.b.conv2d(
+        x2,
+        w2,
+        *bias,
+        strides=strides[1:],
+        padding=(pads[1], pads[2], pads[4], pads[5]),
+        dilations=dil[1:],
+        groups=group,
+    )
+    _, _, ho, wo = y.type.shape
+    return n.b.transpose(n.b.reshape(y, shape=(nb, depth, m, ho, wo)), perm=(0, 2, 1, 3, 4))
+
+
+@converts("ConvTranspose", attrs="auto_pad dilations group kernel_shape output_padding output_shape pads strides")
+def conv_transpose(n: Node) -> list:
+    """The gradient of a convolution, as a convolution: the input with stride-1 zeros between its pixels,
+    padded by (k-1)*d - pad (a negative amount crops), convolved with the flipped kernel whose in and
+    out channels are swapped within each group."""
+    x, w = n.x(0), n.x(1)
+    bias = [n.x(2)] if n.has(2) else []
+    k = _spatial_rank(n, x, most=2)
+    if w.type.rank != x.type.rank:
+        raise n.error(f"W {w.type} must have the rank of X {x.type}")
+    g = n.attr("group", 1)
+    kernel = list(w.type.shape[2:])
+    if list(n.attr("kernel_shape", kernel)) != kernel:
+        raise n.error(f"kernel_shape {list(n.attr('kernel_shape'))} differs from W's spatial shape {kernel}")
+    strides, dil = list(n.attr("strides", [1] * k)), list(n.attr("dilations", [1] * k))
+    out_pad = list(n.attr("output_padding", [0] * k))
+    sizes = x.type.shape[2:]
+    full = [s * (i - 1) + op + (kk - 1) * d + 1 for s, i, op, kk, d in zip(strides, sizes, out_pad, kernel, dil)]
+    auto = n.attr("auto_pad", "NOTSET")
+    out_shape = n.attr("output_shape", None)
+    if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
+        want = list(out_shape)[-k:] if out_shape is not None else [i * s for i, s in zip(sizes, strides)]
+        totals = [f - o for f, o in zip(full, want)]
+        upper = auto == "SAME_UPPER"
+        pads = [t // 2 if upper else t - t // 2 for t in totals] + [t - t // 2 if upper else t // 2 for t in totals]
+    elif auto == "VALID":
+        pads = [0] * 2 * k
+    else:
+        pads = list(n.attr("pads", [0] * 2 * k))
+    if k == 1:  # as 2-D with a unit height
+        x, w = n.b.unsqueeze(x, axes=(2,)), n.b.unsqueeze(w, axes=(2,))
+        strides, dil, out_pad, kernel = [1, *strides], [1, *dil], [0, *out_pad], [1, *kernel]
+        pads = [0, pads[0], 0, pads[1]]
+    nb, c, h, wd = x.type.shape
+    if strides != [1, 1]:
+        x6 = n.b.pad(
+            n.b.reshape(x, shape=(nb, c, h, 1, wd, 1)),
+            pads=(0, 0, 0, 0, 0, 0, 0, 0, 0, strides[0] - 1, 0, strides[1] - 1),
+        )
+        x = n.b.reshape(x6, shape=(nb, c, h * strides[0], wd * strides[1]))
+    # The zero-stuffed input ends with stride-1 zeros too many: the end padding takes them off.
+    lo = [(kk - 1) * d - p for kk, d, p in zip(kernel, dil, pads[:2])]
+    hi = [(kk - 1) * d - p + op - (s - 1) for kk, d, p, op, s in zip(kernel, dil, pads[2:], out_pad, strides)]
+    if any(lo) or any(hi):
+        x = n.b.pad(x, pads=(0, 0, *lo, 0, 0, *hi))
+    cin, cout_g, kh, kw = w.type.shape
+    if g == 1:
+        w = n.b.transpose(w, perm=(1, 0, 2, 3))
+    else:
+        w5 = n.b.reshape(w, shape=(g, cin // g, cout_g, kh, kw))
+        w = n.b.reshape(n.b.transpose(w5, perm=(0, 2, 1, 3, 4)), shape=(g * cout_g, cin // g, kh, kw))
+    w = n.b.slice(w, starts=(-1, -1), ends=(-kh - 1, -kw - 1), axes=(2, 3), steps=(-1, -1))
+    y = n.b.conv2d(x, w, *bias, dilations=dil, groups=g)
+    return [n.b.squeeze(y, axes=(2,)) if k == 1 else y]
+
+
+def _pool_out(size: int, kernel: int, stride: int, begin: int, end: int, ceil_mode: bool) -> int:
+    """Output length along one axis, PyTorch's rule (as graph.max_pool2d's)."""
+    span = size + begin + end - kernel
+    out = (-(-span // stride) if ceil_mode else span // stride) + 1
+    if ceil_mode and (out - 1) * stride >= size + begin:
+        out -= 1
+    return out
+
+
+@converts("MaxPool", attrs="auto_pad ceil_mode dilations kernel_shape pads storage_order strides")
+@converts("AveragePool", attrs="auto_pad ceil_mode count_include_pad dilations kernel_shape pads strides")
+def pool(n: Node) -> list:
+    x = n.x(0)
+    k = _spatial_rank(n, x)
+    kernel = list(n.attr("kernel_shape"))
+    strides, dil, pads = _window_attrs(n, x, kernel)
+    if n.op_type == "MaxPool" and n.output_used(1):
+        raise n.error("output #1 (Indices) is used, but gc does not compute it")
+    attrs = {"ceil_mode": bool(n.attr("ceil_mode", 0))}
+    if n.op_type == "AveragePool":
+        attrs["count_include_pad"] = bool(n.attr("count_include_pad", 0))
+    if any(d != 1 for d in dil):
+        return [_pool_by_axes(n, x, kernel, strides, dil, pads, attrs)]
+    fn = n.b.max_pool2d if n.op_type == "MaxPool" else n.b.avg_pool2d
+    if k == 2:
+        return [fn(x, kernel=kernel, strides=strides, padding=pads, **attrs)]
+    if k == 1:
+        y = fn(
+            n.b.unsqueeze(x, axes=(2,)),
+            kernel=(1, kernel[0]),
+            strides=(1, strides[0]),
+            padding=(0, pads[0], 0, pads[1]),
+            **attrs,
+        )
+        return [n.b.squeeze(y, axes=(2,))]
+    return [_pool3d(n, x, fn, kernel, strides, pads, attrs)]
+
+
+def _pool3d(n: Node, x: Value, fn: Callable, kernel, strides, pads, attrs: dict) -> Value:
+    """A 3-D pool as a reduction over the depth taps, then the 2-D pool over H and W (both max and the
+    window sum are separable; an average divides by the depth count as well, a box's count being the
+    product of its axes' counts)."""
+    nb, c, d, h, wd = x.type.shape
+    kd, sd, (d0, d1) = kernel[0], strides[0], (pads[0], pads[3])
+    depth = _pool_out(d, kd, sd, d0, d1, attrs["ceil_mode"])
+    end = max(d1, (depth - 1) * sd + kd - (d + d0))  # a ceil-mode window may run past the end padding
+    is_max = n.op_type == "MaxPool"
+    if d0 or end:
+        x = n.b.pad(x, pads=(0, 0, d0, 0, 0, 0, 0, end, 0, 0), value=_pool_fill(n, x.type.dtype))
+    taps = _depth_taps(n, x, depth, kd, sd, 1)
+    r = (n.b.reduce_max if is_max else n.b.reduce_sum)(taps, axes=(2,))
+    y = fn(
+        n.b.reshape(r, shape=(nb, c * depth, h, wd)),
+        kernel=kernel[1:],
+        strides=strides[1:],
+        padding=(pads[1], pads[2], pads[4], pads[5]),
+        **attrs,
+    )
+    y = n.b.reshape(y, shape=(nb, c, depth, *y.type.shape[2:]))
+    if is_max:
+        return y
+    lo, hi = (-d0, d + d1) if attrs["count_include_pad"] else (0, d)
+    counts = [min(o * sd - d0 + kd, hi) - max(o * sd - d0, lo) for o in range(depth)]
+    return n.b.mul(y, n.constant(1 / np.array(counts, np.float64).reshape(depth, 1, 1), y.type.dtype))
+
+
+def _pool_fill(n: Node, dtype: DType) -> float:
+    """What padding reads: nothing a max would pick, or zero for a sum."""
+    if n.op_type != "MaxPool":
+        return 0.0
+    return -math.inf if dtype.is_float else float(np.iinfo(dtype.np).min)
+
+
+def _pool_by_axes(n: Node, x: Value, kernel, strides, dil, pads, attrs: dict) -> Value:
+    """Pooling with dilations (graph's pools have none), one spatial axis at a time: the max or sum over
+    the kernel's taps along the axis of the padded input. A box's max and sum are those of its axes in
+    turn, and so is an average's count of the cells it covers."""
+    k, r = len(kernel), x.type.rank
+    is_max = n.op_type == "MaxPool"
+    for i, (kk, s, d) in enumerate(zip(kernel, strides, dil)):
+        a, size, (lo, hi) = i + 2, x.type.shape[i + 2], (pads[i], pads[k + i])
+        span = (kk - 1) * d + 1
+        out = _pool_out(size, span, s, lo, hi, attrs["ceil_mode"])
+        end = max(hi, (out - 1) * s + span - (size + lo))  # a ceil-mode window may run past the end padding
+        if lo or end:
+            widths = [0] * 2 * r
+            widths[a], widths[r + a] = lo, end
+            x = n.b.pad(x, pads=tuple(widths), value=_pool_fill(n, x.type.dtype))
+        # One gather reads every window along the axis as [taps, out]; the taps axis is then reduced. The
+        # index is the sum of two small constants, which gc folds at compile time, not a big one in the text.
+        index = n.b.add(
+            n.constant(np.arange(kk)[:, None] * d, DType.i64), n.constant(np.arange(out)[None, :] * s, DType.i64)
+        )
+        windows = n.b.gather(x, index, axis=a)
+        y = (n.b.reduce_max if is_max else n.b.reduce_sum)(windows, axes=(a,))
+        if not is_max:
+            first, last = (-lo, size + hi) if attrs["count_include_pad"] else (0, size)
+            counts = [sum(first <= o * s - lo + t * d < last for t in range(kk)) for o in range(out)]
+            inverse = (1 / np.array(counts, np.float64)).reshape((out,) + (1,) * (r - a - 1))
+            y = n.b.mul(y, n.constant(inverse, y.type.dtype))
+        x = y
+    return x
+
+
+@converts("GlobalAveragePool", "GlobalMaxPool")
+def global_pool(n: Node) -> list:
+    x = n.x(0)
+    if x.type.rank < 3:
+        raise n.error(f"X must have rank >= 3 (N, C, spatial...), got {x.type}")
+    if x.type.rank == 4 and n.op_type == "GlobalAveragePool":
+        return [n.b.global_avg_pool2d(x)]
+    fn = n.b.reduce_mean if n.op_type == "GlobalAveragePool" else n.b.reduce_max
+    return [fn(x, axes=tuple(range(2, x.type.rank)), keepdims=True)]
+
+
+# --- normalization ----------------------------------------------------------------------------------------
+
+
+@converts("BatchNormalization", attrs="epsilon momentum spatial is_test consumed_inputs training_mode")
+def batch_norm(n: Node) -> list:
+    if n.attr("training_mode", 0):
+        raise n.error("training_mode = 1 normalizes with batch statistics; gc imports inference graphs")
+    if not n.attr("spatial", 1):
+        raise n.error("spatial = 0 (statistics per activation, not per channel) has no graph op")
+    x, scale, bias, mean, var = (n.x(i) for i in range(5))
+    return [n.b.batch_norm(x, scale, bias, mean, var, epsilon=float(n.attr("epsilon", 1e-5)))]
+
+
+@converts("InstanceNormalization", attrs="epsilon")
+def instance_norm(n: Node) -> list:
+    x, scale, bias = n.x(0), n.x(1), n.x(2)
+    if x.type.rank < 3:
+        raise n.error(f"input must have rank >= 3 (N, C, spatial...), got {x.type}")
+    dt, spatial = x.type.dtype, x.type.shape[2:]
+    # layer_norm over the spatial axes, then the per-channel scale and bias.
+    y = n.b.layer_norm(
+        x,
+        n.constant(np.ones(spatial), dt),
+        n.constant(np.zeros(spatial), dt),
+        axis=2,
+        epsilon=float(n.attr("epsilon", 1e-5)),
+    )
+    channel = (-1,) + (1,) * (x.type.rank - 2)
+    return [n.b.add(n.b.mul(y, n.b.reshape(scale, shape=channel)), n.b.reshape(bias, shape=channel))]
+
+
+@converts("GroupNormalization", attrs="epsilon num_groups stash_type")
+def group_norm(n: Node) -> list:
+    x, scale, bias = n.x(0), n.x(1), n.x(2)
+    g = n.attr("num_groups")
+    if g < 1 or x.type.rank < 3 or x.type.shape[1] % g:
+        raise n.error(f"input {x.type} must have rank >= 3 and channels divisible by num_groups {g}")
+    shape, dt = x.type.shape, x.type.dtype
+    c = shape[1]
+    rest = math.prod(shape[2:]) * (c // g)
+    # layer_norm over each group's channels and pixels, then the per-channel scale and bias.
+    y = n.b.layer_norm(n.b.reshape(x, shape=(shape[0], g, rest)), n.constant(np.ones(rest), dt),
+                       n.constant(np.zeros(rest), dt), epsilon=float(n.attr("epsilon", 1e-5)))  # fmt: skip
+    y = n.b.reshape(y, shape=shape)
+    if n.opset < 21:  # scale and bias per group until opset 21, per channel since
+        scale, bias = (n.b.reshape(n.b.broadcast_to(n.b.reshape(t, shape=(g, 1)), shape=(g, c // g)), shape=(c,))
+                       for t in (scale, bias))  # fmt: skip
+    channel = (c,) + (1,) * (x.type.rank - 2)
+    return [n.b.add(n.b.mul(y, n.b.reshape(scale, shape=channel)), n.b.reshape(bias, shape=channel))]
+
+
+@converts("LayerNormalization", attrs="axis epsilon stash_type")
+def layer_norm(n: Node) -> list:
+    x, scale = n.x(0), n.x(1)
+    axis = _axis(n, n.attr("axis", -1), x.type.rank)
+    dims = x.type.shape[axis:]
+    if scale.type.shape != dims:
+        scale = n.b.broadcast_to(scale, shape=dims)
+    bias = n.x(2) if n.has(2) else n.constant(np.zeros(dims), x.type.dtype)
+    if bias.type.shape != dims:
+        bias = n.b.broadcast_to(bias, shape=dims)
+    return [n.b.layer_norm(x, scale, bias, axis=axis, epsilon=float(n.attr("epsilon", 1e-5)))]
+
+
+@converts("LRN", attrs="size alpha beta bias")
+def lrn(n: Node) -> list:
+    return [
+        n.b.lrn(
+            n.x(0),
+            size=n.attr("size"),
+            alpha=float(n.attr("alpha", 1e-4)),
+            beta=float(n.attr("beta", 0.75)),
+            bias=float(n.attr("bias", 1.0)),
+        )
+    ]
+
+
+@converts("Softmax", "LogSoftmax", attrs="axis")
+def softmax(n: Node) -> list:
+    x = n.x(0)
+    fn = n.b.softmax if n.op_type == "Softmax" else n.b.log_softmax
+    if n.opset >= 13:
+        return [fn(x, axis=n.attr("axis", -1))]
+    # Before opset 13: x as a 2-D matrix split at axis, normalized along its rows.
+    shape = x.type.shape
+    axis = _axis(n, n.attr("axis", 1), x.type.rank)
+    if axis == x.type.rank - 1:
+        return [fn(x, axis=-1)]
+    rows = n.b.reshape(x, shape=(math.prod(shape[:axis]), math.prod(shape[axis:])))
+    return [n.b.reshape(fn(rows, axis=-1), shape=shape)]
+
+
+@converts("Dropout", attrs="is_test ratio seed consumed_inputs")
+def dropout(n: Node) -> list:
+    if n.has(2) and n.ints(2, "training_mode") != (0,):
+        raise n.error("training_mode = true drops at random; gc imports inference graphs")
+    mask = np.ones(n.type(0).shape, bool) if n.output_used(1) else None
+    return [n.passthrough(0), mask]
+
+
+@converts("Identity")
+def identity(n: Node) -> list:
+    return [n.passthrough(0)]
+
+
+# --- reductions -------------------------------------------------------------------------------------------
+
+_REDUCE = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare",
+           "ReduceLogSum", "ReduceLogSumExp"]  # fmt: skip
+
+
+@converts(*_REDUCE, attrs="axes keepdims noop_with_empty_axes")
+def reduce(n: Node) -> list:
+    x = n.x(0)
+    since = 13 if n.op_type == "ReduceSum" else 18  # the opset from which axes are an input
+    axes = (n.ints(1, "axes") if n.has(1) else None) if n.opset >= since else n.attr("axes", None)
+    if not axes and n.attr("noop_with_empty_axes", 0):
+        return [x]
+    attrs = {"keepdims": bool(n.attr("keepdims", 1))}
+    if axes:
+        attrs["axes"] = tuple(axes)
+    b, op = n.b, n.op_type
+    if op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"):
+        return [getattr(b, "reduce_" + op[6:].lower())(x, **attrs)]
+    if op == "ReduceL1":
+        return [b.reduce_sum(b.abs(x), **attrs)]
+    if op in ("ReduceL2", "ReduceSumSquare"):
+        y = b.reduce_sum(b.mul(x, x), **attrs)
+        return [b.sqrt(y) if op == "ReduceL2" else y]
+    if op == "ReduceLogSum":
+        return [b.log(b.reduce_sum(x, **attrs))]
+    # log(sum(exp(x - max))) + max, which cannot overflow.
+    top = b.reduce_max(x, **{**attrs, "keepdims": True})
+    y = b.log(b.reduce_sum(b.exp(b.sub(x, top)), **attrs))
+    return [b.add(y, top if attrs["keepdims"] else b.reduce_max(x, **attrs))]
+
+
+@converts("ArgMax", "ArgMin", attrs="axis keepdims select_last_index")
+def argmax(n: Node) -> list:
+    x = n.x(0)
+    if n.op_type == "ArgMin":
+        x = n.b.neg(x)
+    axis, keep = n.attr("axis", 0), bool(n.attr("keepdims", 1))
+    if not n.attr("select_last_index", 0):
+        return [n.b.argmax(x, axis=axis, keepdims=keep)]
+    # The last maximum is the first of the reversed axis, counted from the end.
+    a = _axis(n, axis, x.type.rank)
+    d = x.type.shape[a]
+    rev = n.b.slice(x, starts=(-1,), ends=(-d - 1,), axes=(a,), steps=(-1,))
+    return [n.b.sub(n.constant(np.array(d - 1), DType.i64), n.b.argmax(rev, axis=a, keepdims=keep))]
+
+
+# --- shapes -----------------------------------------------------------------------------------------------
+
+
+@converts("Flatten", attrs="axis")
+def flatten(n: Node) -> list:
+    return [n.b.flatten(n.x(0), axis=n.attr("axis", 1))]
+
+
+def _reshape_target(n: Node, shape: tuple[int, ...], want: tuple[int, ...], allowzero: bool) -> tuple[int, ...]:
+    """ONNX Reshape's shape resolved to sizes: 0 copies the input's size there (unless allowzero), -1 is
+    what is left."""
+    out = []
+    for i, d in enumerate(want):
+        if d == 0 and not allowzero:
+            if i >= len(shape):
+                raise n.error(
+                    f"shape {list(want)}: 0 at position {i} copies a size, but the input has rank {len(shape)}"
+                )
+            d = shape[i]
+        elif d < -1:
+            raise n.error(f"shape {list(want)} has a negative size {d}")
+        out.append(d)
+    total = math.prod(shape)
+    if out.count(-1) > 1:
+        raise n.error(f"shape {list(want)} has more than one -1")
+    if -1 in out:
+        known = math.prod(d for d in out if d != -1)
+        if known == 0 or total % known:
+            raise n.error(f"cannot reshape {list(shape)} ({total} elements) to {list(want)}")
+        out[out.index(-1)] = total // known
+    if math.prod(out) != total:
+        raise n.error(f"cannot reshape {list(shape)} ({total} elements) to {list(want)} ({math.prod(out)} elements)")
+    return tuple(out)
+
+
+@converts("Reshape", attrs="shape allowzero consumed_inputs")
+def reshape(n: Node) -> list:
+    x = n.x(0)
+    want = tuple(n.attr("shape")) if n.opset < 5 else n.ints(1, "shape")
+    target = _reshape_target(n, x.type.shape, want, bool(n.attr("allowzero", 0)))
+    if 0 in target:  # empty: graph.reshape would read a 0 as "keep the input's size"
+        return [n.constant(np.zeros(target), x.type.dtype)]
+    return [x if target == x.type.shape else n.b.reshape(x, shape=target)]
+
+
+@converts("Expand")
+def expand(n: Node) -> list:
+    x = n.x(0)
+    y = n.b.broadcast_to(x, shape=n.ints(1, "shape"))
+    return [x if y.type.shape == x.type.shape else y]
+
+
+@converts("Tile")
+def tile(n: Node) -> list:
+    x = n.x(0)
+    reps = n.ints(1, "repeats")
+    shape = x.type.shape
+    if len(reps) != len(shape):
+        raise n.error(f"repeats {list(reps)} must have one entry per axis of {x.type}")
+    if all(r == 1 for r in reps):
+        return [x]
+    # [d0, d1] -> [1, d0, 1, d1] -> [r0, d0, r1, d1] -> [r0*d0, r1*d1]: each axis repeated whole.
+    spread = n.b.reshape(x, shape=tuple(v for d in shape for v in (1, d)))
+    big = n.b.broadcast_to(spread, shape=tuple(v for r, d in zip(reps, shape) for v in (r, d)))
+    return [n.b.reshape(big, shape=tuple(r * d for r, d in zip(reps, shape)))]
+
+
+@converts("DepthToSpace", "SpaceToDepth", attrs="blocksize mode")
+def depth_to_space(n: Node) -> list:
+    x = n.x(0)
+    b = n.attr("blocksize")
+    if b < 1:
+        raise n.error(f"blocksize must be positive, got {b}")
+    if x.type.rank != 4:
+        raise n.error(f"input must be 4-D NCHW, got {x.type}")
+    nb, c, h, w = x.type.shape
+    if n.op_type == "SpaceToDepth":
+        if h % b or w % b:
+            raise n.error(f"height {h} and width {w} must be divisible by blocksize {b}")
+        y = n.b.transpose(n.b.reshape(x, shape=(nb, c, h // b, b, w // b, b)), perm=(0, 3, 5, 1, 2, 4))
+        return [n.b.reshape(y, shape=(nb, c * b * b, h // b, w // b))]
+    if c % (b * b):
+        raise n.error(f"channels {c} must be divisible by blocksize^2 = {b * b}")
+    if n.attr("mode", "DCR") == "DCR":  # depth, column, row: the block index is the outer part of the channel
+        y = n.b.transpose(n.b.reshape(x, shape=(nb, b, b, c // (b * b), h, w)), perm=(0, 3, 4, 1, 5, 2))
+    else:
+        y = n.b.transpose(n.b.reshape(x, shape=(nb, c // (b * b), b, b, h, w)), perm=(0, 1, 4, 2, 5, 3))
+    return [n.b.reshape(y, shape=(nb, c // (b * b), h * b, w * b))]
+
+
+def _nearest_index(n: Node, size: int, out: int, scale: float, mode: str, rounding: str) -> np.ndarray:
+    """The input index that each of `out` positions reads, ONNX Resize's nearest-neighbour rule."""
+    j = np.arange(out, dtype=np.float64)
+    if mode == "half_pixel" or (mode == "pytorch_half_pixel" and out > 1):
+        x = (j + 0.5) / scale - 0.5
+    elif mode == "pytorch_half_pixel":
+        x = np.zeros(out)
+    elif mode == "align_corners":
+        x = j * (size - 1) / (out - 1) if out > 1 else np.zeros(out)
+    elif mode == "asymmetric":
+        x = j / scale
+    elif mode == "tf_half_pixel_for_nn":
+        x = (j + 0.5) / scale
+    else:
+        raise n.error(f"coordinate_transformation_mode '{mode}' is not supported")
+    frac = x - np.floor(x)
+    if rounding == "floor":
+        i = np.floor(x)
+    elif rounding == "ceil":
+        i = np.ceil(x)
+    elif rounding in ("round_prefer_floor", "round_prefer_ceil"):
+        tie_up = rounding == "round_prefer_ceil"
+        i = np.where(frac == 0.5, np.floor(x) + tie_up, np.floor(x + 0.5))
+    else:
+        raise n.error(f"nearest_mode '{rounding}' is not supported")
+    return np.clip(i, 0, size - 1).astype(np.int64)
+
+
+@converts("Resize", "Upsample", attrs="mode coordinate_transformation_mode nearest_mode cubic_coeff_a "
+          "exclude_outside extrapolation_value scales axes antialias keep_aspect_ratio_policy")  # fmt: skip
+def resize(n: Node) -> list:
+    """Nearest-neighbour resizing as a gather per resized axis; other modes have no graph op."""
+    x = n.x(0)
+    r, shape = x.type.rank, x.type.shape
+    mode = n.attr("mode", "nearest")
+    if mode != "nearest":
+        raise n.error(f"mode '{mode}' is not supported (only nearest)")
+    if n.op_type == "Upsample":
+        scales = n.attr("scales", None) if n.opset < 9 else n.const(1, "scales")
+        sizes, coords, rounding = None, "asymmetric", "floor"
+    else:
+        scale_input, size_input = (2, 3) if n.opset >= 11 else (1, None)
+        scales = n.const(scale_input, "scales") if n.has(scale_input) else None
+        sizes = n.ints(size_input, "sizes") if size_input and n.has(size_input) else None
+        # Opset 10's Resize is opset 9's Upsample: no coordinate or rounding modes yet.
+        coords = n.attr("coordinate_transformation_mode", "half_pixel" if n.opset >= 11 else "asymmetric")
+        rounding = n.attr("nearest_mode", "round_prefer_floor" if n.opset >= 11 else "floor")
+        if n.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+            raise n.error("keep_aspect_ratio_policy other than stretch is not supported")
+    axes = [_axis(n, a, r) for a in n.attr("axes", range(r))]
+    if sizes is not None:
+        outs = dict(zip(axes, sizes))
+        factors = {a: outs[a] / shape[a] for a in axes}
+    elif scales is not None and np.size(scales):
+        factors = dict(zip(axes, (float(f) for f in np.reshape(scales, -1))))
+        outs = {a: math.floor(shape[a] * f) for a, f in factors.items()}
+    else:
+        raise n.error("needs scales or sizes")
+    if any(outs[a] < 1 for a in axes):
+        raise n.error(f"output sizes {[outs[a] for a in axes]} must be positive")
+    for a in axes:
+        if outs[a] == shape[a] and factors[a] == 1.0:
+            continue
+        index = _nearest_index(n, shape[a], outs[a], factors[a], coords, rounding)
+        x = n.b.gather(x, n.constant(index, DType.i64), axis=a)
+    return [x]
+
+
+@converts("Concat", attrs="axis")
+def concat(n: Node) -> list:
+    xs = n.xs()
+    axis = n.attr("axis", 1 if n.opset < 4 else None)
+    if axis is None:
+        raise n.error("missing required attribute 'axis'")
+    return [xs[0] if len(xs) == 1 else n.b.concat(*xs, axis=axis)]
+
+
+@converts("Split", attrs="axis split num_outputs")
+def split(n: Node) -> list:
+    x = n.x(0)
+    a = _axis(n, n.attr("axis", 0), x.type.rank)
+    d, count = x.type.shape[a], len(n.proto.output)
+    sizes = (n.ints(1, "split") if n.has(1) else None) if n.opset >= 13 else n.attr("split", None)
+    if sizes is None and "num_outputs" in n.attrs:
+        count = n.attr("num_outputs")
+        if count < 1:
+            raise n.error(f"num_outputs must be positive, got {count}")
+        chunk = -(-d // count)  # opset 18: the last chunk is smaller if d does not divide
+        sizes = [chunk] * (count - 1) + [d - chunk * (count - 1)]
+    elif sizes is None:
+        if d % count:
+            raise n.error(f"axis {a} of size {d} does not split into {count} equal parts")
+        sizes = [d // count] * count
+    ys = n.b.split(x, axis=a, sections=tuple(sizes))
+    return list(ys) if isinstance(ys, tuple) else [ys]
+
+
+@converts("Slice", attrs="starts ends axes")
+def slice_(n: Node) -> list:
+    x = n.x(0)
+    if n.opset < 10:
+        starts, ends, axes, steps = n.attr("starts"), n.attr("ends"), n.attr("axes", None), None
+    else:
+        starts, ends = n.ints(1, "starts"), n.ints(2, "ends")
+        axes = n.ints(3, "axes") if n.has(3) else None
+        steps = n.ints(4, "steps") if n.has(4) else None
+    attrs = {"starts": tuple(starts), "ends": tuple(ends)}
+    if axes is not None:
+        attrs["axes"] = tuple(axes)
+    if steps is not None:
+        attrs["steps"] = tuple(steps)
+    return [n.b.slice(x, **attrs)]
+
+
+@converts("Transpose", attrs="perm")
+def transpose(n: Node) -> list:
+    perm = n.attr("perm", None)
+    return [n.b.transpose(n.x(0)) if perm is None else n.b.transpose(n.x(0), perm=tuple(perm))]
+
+
+@converts("Squeeze", "Unsqueeze", attrs="axes")
+def squeeze(n: Node) -> list:
+    x = n.x(0)
+    axes = (n.ints(1, "axes") if n.has(1) else None) if n.opset >= 13 else n.attr("axes", None)
+    if n.op_type == "Unsqueeze":
+        if axes is None:
+            raise n.error("missing axes")
+        return [n.b.unsqueeze(x, axes=tuple(axes))]
+    return [n.b.squeeze(x) if axes is None else n.b.squeeze(x, axes=tuple(axes))]
+
+
+@converts("Gather", attrs="axis")
+def gather(n: Node) -> list:
+    return [n.b.gather(n.x(0), n.x(1), axis=n.attr("axis", 0))]
+
+
+@converts("Pad", attrs="mode pads paddings value")
+def pad(n: Node) -> list:
+    x = n.x(0)
+    r = x.type.rank
+    mode = n.attr("mode", "constant")
+    if n.opset < 11:
+        pads, value = list(n.attr("pads", None) or n.attr("paddings")), float(n.attr("value", 0.0))
+    else:
+        pads = list(n.ints(1, "pads"))
+        v = n.const(2, "constant_value")
+        value = float(v.reshape(-1)[0]) if v is not None and v.size else 0.0
+        if n.has(3):  # opset 18: pads for these axes only
+            axes = [_axis(n, a, r) for a in n.ints(3, "axes")]
+            full = [0] * 2 * r
+            for i, a in enumerate(axes):
+                full[a], full[r + a] = pads[i], pads[len(axes) + i]
+            pads = full
+    if len(pads) != 2 * r:
+        raise n.error(f"pads {pads} must have {2 * r} entries for {x.type}")
+    if mode == "constant":
+        return [n.b.pad(x, pads=tuple(pads), value=value)]
+    if mode not in ("reflect", "edge", "wrap"):
+        raise n.error(f"mode '{mode}' is not constant, reflect, edge or wrap")
+    return [_pad_from_edges(n, x, pads, mode)]
+
+
+def _pad_from_edges(n: Node, x: Value, pads: list[int], mode: str) -> Value:
+    """reflect, edge and wrap padding as slices of x concatenated around it, one axis at a time."""
+    r = x.type.rank
+    crop = [max(-p, 0) for p in pads]
+    if any(crop):
+        x = n.b.pad(x, pads=tuple(-c for c in crop))
+    for a in range(r):
+        lo, hi = max(pads[a], 0), max(pads[r + a], 0)
+        if not lo and not hi:
+            continue
+        d = x.type.shape[a]
+        if max(lo, hi) > (d - 1 if mode == "reflect" else d) or d == 0:
+            raise n.error(f"{mode} padding of {max(lo, hi)} on axis {a} of size {d} needs a larger axis")
+        parts = [_edge(n, x, a, lo, mode, before=True)] if lo else []
+        parts.append(x)
+        if hi:
+            parts.append(_edge(n, x, a, hi, mode, before=False))
+        x = n.b.concat(*parts, axis=a)
+    return x
+
+
+def _edge(n: Node, x: Value, axis: int, width: int, mode: str, before: bool) -> Value:
+    """The `width` elements that pad x's axis before (or after) it."""
+    d = x.type.shape[axis]
+
+    def cut(start: int, end: int, step: int = 1) -> Value:
+        return n.b.slice(x, starts=(start,), ends=(end,), axes=(axis,), steps=(step,))
+
+    if mode == "wrap":
+        return cut(d - width, d) if before else cut(0, width)
+    if mode == "edge":
+        shape = list(x.type.shape)
+        shape[axis] = width
+        return n.b.broadcast_to(cut(0, 1) if before else cut(d - 1, d), shape=tuple(shape))
+    if before:  # reflect: x[width], ..., x[1]
+        return cut(width, 0, -1)
+    end = d - 2 - width
+    return cut(d - 2, end if end >= 0 else -d - 1, -1)  # x[d-2], ..., x[d-1-width]; -d-1 is "before x[0]"
+
+
+@converts("Trilu", attrs="upper")
+def trilu(n: Node) -> list:
+    k = int(n.const(1, "k").reshape(-1)[0]) if n.has(1) else 0
+    keep = np.triu if n.attr("upper", 1) else np.tril
+    known = n.constants()
+    if known is not None:  # a causal mask, as exporters build it
+        return [keep(known[0], k)]
+    x = n.x(0)
+    if x.type.rank < 2:
+        raise n.error(f"input must have rank >= 2, got {x.type}")
+    mask = keep(np.ones(x.type.shape[-2:], bool), k)
+    return [n.b.where(n.constant(mask, DType.i1), x, n.scalar(0, x))]
+
+
+# --- values known at import time -------------------------------------------------------------------------
+
+
+@converts("Constant", attrs="value value_float value_floats value_int value_ints value_string value_strings "
+          "sparse_value")  # fmt: skip
+def constant(n: Node) -> list:
+    if len(n.attrs) != 1:
+        raise n.error(f"needs exactly one value attribute, got {', '.join(n.attrs) or 'none'}")
+    key = next(iter(n.attrs))
+    v = n.attr(key)
+    if key == "value":
+        n.imp.numpy_dtype(v, f"{n.label}'s value")
+        return [v]
+    if key in ("value_float", "value_floats"):
+        return [np.array(v, np.float32)]
+    if key in ("value_int", "value_ints"):
+        return [np.array(v, np.int64)]
+    raise n.error(f"{key}: GIR has no {'sparse' if key == 'sparse_value' else 'string'} tensors")
+
+
+@converts("ConstantOfShape", attrs="value")
+def constant_of_shape(n: Node) -> list:
+    shape = n.ints(0, "shape")
+    if any(d < 0 for d in shape):
+        raise n.error(f"shape {list(shape)} has a negative size")
+    v = n.attr("value", np.zeros(1, np.float32))
+    if v.size != 1:
+        raise n.error(f"value must have one element, got {v.size}")
+    return [np.full(shape, v.reshape(-1)[0], dtype=v.dtype)]
+
+
+@converts("Shape", attrs="start end")
+def shape(n: Node) -> list:
+    dims = n.type(0).shape
+    return [np.array(dims[n.attr("start", 0) : n.attr("end", len(dims))], np.int64)]
+
+
+@converts("Size")
+def size(n: Node) -> list:
+    return [np.array(math.prod(n.type(0).shape), np.int64)]
+
+
+@converts("Range")
+def range_(n: Node) -> list:
+    start, limit, delta = (n.const(i, w) for i, w in ((0, "start"), (1, "limit"), (2, "delta")))
+    if delta.item() == 0:
+        raise n.error("delta is 0")
+    return [np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype)]

@@ -1,0 +1,718 @@
+"""gc import for ONNX: every op the importer maps, checked against ONNX's own reference evaluator
+(onnx.reference, independent of gc) on the interpreter; names, weights, comments and locations of the
+written .gir; the diagnostics; the `gc import` command."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper, numpy_helper
+from onnx.reference import ReferenceEvaluator
+
+import compiler
+from compiler.cli import main
+from compiler.diagnostics import GCError
+from compiler.importers.onnx import import_onnx
+
+RNG = np.random.default_rng(0)
+F, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
+
+
+def rand(*shape: int) -> np.ndarray:
+    return RNG.standard_normal(shape).astype(np.float32)
+
+
+def positive(*shape: int) -> np.ndarray:
+    return RNG.uniform(0.5, 2.0, shape).astype(np.float32)
+
+
+def ints(*values) -> np.ndarray:
+    return np.array(values, np.int64)
+
+
+def make_model(nodes, inputs: dict, outputs: list[str], opset: int = 17, inits: dict | None = None):
+    """A model over `inputs` (name -> example array); outputs untyped, so gc's inferred types stand."""
+    info = [
+        helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape) for k, v in inputs.items()
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        info,
+        [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in outputs],
+        initializer=[numpy_helper.from_array(v, k) for k, v in (inits or {}).items()],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+
+
+def run_both(model, feeds: dict) -> tuple[list, list]:
+    """ONNX's reference evaluator and gc's interpreter on the imported module, same inputs."""
+    expected = ReferenceEvaluator(model).run(None, feeds)
+    imported = import_onnx(model)
+    return expected, compiler.run(imported.module, {**feeds, **imported.weights})
+
+
+def node(op: str, ins: list[str], outs: list[str] | None = None, **attrs):
+    return helper.make_node(op, ins, outs or ["y"], **attrs)
+
+
+def case(id: str, nodes, inputs: dict, opset: int = 17, inits: dict | None = None, outputs=("y",), expect=None):
+    """One model; its expected outputs from ONNX's reference evaluator, or from `expect(**inputs, **inits)`
+    where the evaluator is wrong (LRN, Softmax before opset 13) or lacks the case (groups in ConvTranspose)."""
+    nodes = nodes if isinstance(nodes, list) else [nodes]
+    return pytest.param(nodes, inputs, opset, inits or {}, list(outputs), expect, id=id)
+
+
+def conv_transpose(x, w, b=None, strides=(1, 1), pads=(0, 0, 0, 0), out_pad=(0, 0), dil=(1, 1), group=1):
+    """ConvTranspose by its definition: each input pixel scatters its kernel-weighted copy into the output."""
+    n, c, h, wd = x.shape
+    _, cog, kh, kw = w.shape
+    full = (
+        (h - 1) * strides[0] + (kh - 1) * dil[0] + 1 + out_pad[0],
+        (wd - 1) * strides[1] + (kw - 1) * dil[1] + 1 + out_pad[1],
+    )
+    y = np.zeros((n, cog * group, *full))
+    cg = c // group
+    for ch in range(c):
+        g = ch // cg
+        for i in range(h):
+            for j in range(wd):
+                for p in range(kh):
+                    for q in range(kw):
+                        y[:, g * cog : (g + 1) * cog, i * strides[0] + p * dil[0], j * strides[1] + q * dil[1]] += (
+                            x[:, ch, i, j][:, None] * w[ch, :, p, q][None, :]
+                        )
+    y = y[:, :, pads[0] : full[0] - pads[2], pads[1] : full[1] - pads[3]]
+    return y + (b[None, :, None, None] if b is not None else 0)
+
+
+def lrn(x, size, alpha, beta, bias):
+    """ONNX LRN: channels floor((size-1)/2) before to ceil((size-1)/2) after, clipped at the edges."""
+    c = x.shape[1]
+    out = np.empty_like(x, dtype=np.float64)
+    for ch in range(c):
+        lo, hi = max(0, ch - (size - 1) // 2), min(c, ch + size // 2 + 1)
+        square_sum = (x[:, lo:hi].astype(np.float64) ** 2).sum(axis=1)
+        out[:, ch] = x[:, ch] / (bias + alpha / size * square_sum) ** beta
+    return out
+
+
+def softmax_rows(x, axis: int, log: bool = False):
+    """Softmax before opset 13: x as [prod(shape[:axis]), prod(shape[axis:])], normalized along each row."""
+    rows = x.reshape(int(np.prod(x.shape[:axis])), -1).astype(np.float64)
+    z = rows - rows.max(axis=1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=1, keepdims=True))
+    return (logp if log else np.exp(logp)).reshape(x.shape)
+
+
+X = {"x": rand(2, 3, 4)}
+IMG = {"x": rand(1, 4, 7, 6)}
+SEQ = {"x": rand(1, 4, 9)}
+VOL = {"x": rand(1, 4, 5, 6, 5)}
+
+UNARY = [
+    "Relu",
+    "Sigmoid",
+    "Tanh",
+    "Softplus",
+    "Erf",
+    "Neg",
+    "Abs",
+    "Exp",
+    "Reciprocal",
+    "Floor",
+    "Ceil",
+    "Sin",
+    "Cos",
+    "Softsign",
+]
+
+CASES = [
+    *(case(op, node(op, ["x"]), X) for op in UNARY),
+    case("Log", node("Log", ["x"]), {"x": positive(3, 4)}),
+    case("Sqrt", node("Sqrt", ["x"]), {"x": positive(3, 4)}),
+    case("LeakyRelu", node("LeakyRelu", ["x"], alpha=0.2), X),
+    case("Elu", node("Elu", ["x"], alpha=0.5), X),
+    case("Selu", node("Selu", ["x"]), X),
+    case("Gelu", node("Gelu", ["x"]), X, opset=20),
+    case("Gelu-tanh", node("Gelu", ["x"], approximate="tanh"), X, opset=20),
+    case("HardSigmoid", node("HardSigmoid", ["x"], alpha=0.3, beta=0.4), X),
+    case("HardSwish", node("HardSwish", ["x"]), {"x": rand(3, 4) * 4}),
+    case("PRelu-channel", node("PRelu", ["x", "s"]), X, inits={"s": rand(3, 1)}),
+    case("PRelu-opset6-per-channel", node("PRelu", ["x", "s"]), X, opset=6, inits={"s": rand(3)}),
+    case("Clip-attributes-opset6", node("Clip", ["x"], min=-0.5, max=0.3), X, opset=6),
+    case("Clip-inputs", node("Clip", ["x", "lo", "hi"]), X, inits={"lo": np.float32(-0.2), "hi": np.float32(0.4)}),
+    case("Clip-max-only", node("Clip", ["x", "", "hi"]), X, inits={"hi": np.float32(0.1)}),
+    *(case(op, node(op, ["x", "z"]), {"x": rand(2, 3, 4), "z": rand(3, 1)}) for op in ["Add", "Sub", "Mul", "Div"]),
+    case("Pow", node("Pow", ["x", "z"]), {"x": positive(2, 3), "z": rand(3)}),
+    case("Pow-int-exponent", node("Pow", ["x", "e"]), {"x": rand(2, 3)}, inits={"e": ints(2)}),
+    *(case(op, node(op, ["x", "z"]), {"x": rand(3, 4), "z": rand(4)}) for op in ["Equal", "Less", "Greater"]),
+    *(
+        case(op, node(op, ["x", "z"]), {"x": np.array([1, np.nan, 3, 2], np.float32), "z": np.float32([1, 1, 4, 1])})
+        for op in ["GreaterOrEqual", "LessOrEqual"]
+    ),
+    case("Not", node("Not", ["b"]), {"b": RNG.random(5) < 0.5}),
+    *(
+        case(op, node(op, ["b", "c"]), {"b": RNG.random(6) < 0.5, "c": RNG.random(6) < 0.5})
+        for op in ["And", "Or", "Xor"]
+    ),
+    case("Where", node("Where", ["b", "x", "z"]), {"b": RNG.random((3, 4)) < 0.5, "x": rand(3, 4), "z": rand(4)}),
+    *(
+        case(op, node(op, ["x", "z", "w"]), {"x": rand(3, 4), "z": rand(4), "w": rand(3, 1)})
+        for op in ["Sum", "Mean", "Max", "Min"]
+    ),
+    case("Max-five-pairwise", node("Max", ["a", "b", "c", "d", "e"]), {k: rand(2, 3) for k in "abcde"}),
+    case("Cast-to-int32", node("Cast", ["x"], to=TensorProto.INT32), {"x": rand(3, 4) * 5}),
+    case("Cast-to-bool", node("Cast", ["x"], to=TensorProto.BOOL), {"x": np.float32([0, 1, -2, 0])}),
+    case("Cast-int64-to-float", node("Cast", ["i"], to=TensorProto.FLOAT), {"i": ints(1, -2, 3)}),
+    case("CastLike", node("CastLike", ["x", "i"]), {"x": rand(4) * 3, "i": ints(1)}),
+    # linear algebra
+    case("MatMul-batched", node("MatMul", ["x", "w"]), {"x": rand(2, 3, 4), "w": rand(4, 5)}),
+    case("MatMul-vector", node("MatMul", ["x", "w"]), {"x": rand(4), "w": rand(2, 4, 5)}),
+    case(
+        "Gemm-transB-alpha-beta",
+        node("Gemm", ["a", "w", "c"], transB=1, alpha=0.5, beta=2.0),
+        {"a": rand(3, 4)},
+        inits={"w": rand(5, 4), "c": rand(5)},
+    ),
+    case("Gemm-transA-no-C", node("Gemm", ["a", "w"], transA=1), {"a": rand(4, 3), "w": rand(4, 2)}),
+    # convolution
+    case(
+        "Conv-same-upper-strided",
+        node("Conv", ["x", "w", "b"], auto_pad="SAME_UPPER", strides=[2, 2]),
+        IMG,
+        inits={"w": rand(3, 4, 3, 2), "b": rand(3)},
+    ),
+    case(
+        "Conv-same-lower",
+        node("Conv", ["x", "w"], auto_pad="SAME_LOWER", strides=[2, 1]),
+        IMG,
+        inits={"w": rand(3, 4, 2, 2)},
+    ),
+    case(
+        "Conv-valid-groups-dilations",
+        node("Conv", ["x", "w"], auto_pad="VALID", group=2, dilations=[2, 1]),
+        IMG,
+        inits={"w": rand(6, 2, 3, 3)},
+    ),
+    case("Conv-asymmetric-pads", node("Conv", ["x", "w"], pads=[0, 1, 2, 1]), IMG, inits={"w": rand(2, 4, 3, 3)}),
+    case(
+        "Conv1d",
+        node("Conv", ["x", "w", "b"], pads=[1, 2], strides=[2], dilations=[2], group=2),
+        SEQ,
+        inits={"w": rand(6, 2, 3), "b": rand(6)},
+    ),
+    case(
+        "Conv3d",
+        node("Conv", ["x", "w", "b"], pads=[1, 0, 1, 0, 1, 1], strides=[2, 1, 2], dilations=[1, 2, 1], group=2),
+        VOL,
+        inits={"w": rand(4, 2, 2, 2, 3), "b": rand(4)},
+    ),
+    case(
+        "ConvTranspose-strided-groups",
+        node(
+            "ConvTranspose",
+            ["x", "w", "b"],
+            strides=[2, 3],
+            pads=[1, 0, 0, 2],
+            output_padding=[1, 1],
+            group=2,
+            dilations=[1, 2],
+        ),
+        IMG,
+        inits={"w": rand(4, 3, 3, 2), "b": rand(6)},
+        expect=lambda x, w, b: [conv_transpose(x, w, b, (2, 3), (1, 0, 0, 2), (1, 1), (1, 2), 2)],
+    ),
+    case(
+        "ConvTranspose-same-upper",
+        node("ConvTranspose", ["x", "w"], strides=[2, 2], auto_pad="SAME_UPPER"),
+        IMG,
+        inits={"w": rand(4, 2, 3, 3)},
+    ),
+    # 7x6 at stride 2 spans 15x13; one row and column too many, taken at the start (total - total // 2).
+    case(
+        "ConvTranspose-output-shape",
+        node("ConvTranspose", ["x", "w"], strides=[2, 2], output_shape=[14, 12]),
+        IMG,
+        inits={"w": rand(4, 2, 3, 3)},
+        expect=lambda x, w: [conv_transpose(x, w, strides=(2, 2), pads=(1, 1, 0, 0))],
+    ),
+    case(
+        "ConvTranspose1d", node("ConvTranspose", ["x", "w"], strides=[3], pads=[1, 1]), SEQ, inits={"w": rand(4, 2, 4)}
+    ),
+    # pooling
+    case("MaxPool-pads-strides", node("MaxPool", ["x"], kernel_shape=[3, 2], pads=[1, 0, 1, 1], strides=[2, 2]), IMG),
+    case("MaxPool-same-upper", node("MaxPool", ["x"], kernel_shape=[3, 3], auto_pad="SAME_UPPER", strides=[2, 2]), IMG),
+    case("MaxPool-ceil", node("MaxPool", ["x"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), IMG),
+    case("AveragePool-exclude-pad", node("AveragePool", ["x"], kernel_shape=[3, 3], pads=[1, 1, 1, 1]), IMG),
+    case(
+        "AveragePool-include-pad",
+        node("AveragePool", ["x"], kernel_shape=[3, 2], pads=[1, 1, 1, 0], count_include_pad=1, strides=[2, 1]),
+        IMG,
+    ),
+    case("MaxPool1d", node("MaxPool", ["x"], kernel_shape=[3], strides=[2], pads=[1, 1]), SEQ),
+    case(
+        "AveragePool3d",
+        node("AveragePool", ["x"], kernel_shape=[2, 3, 2], strides=[2, 1, 2], pads=[1, 1, 0, 0, 1, 1]),
+        VOL,
+    ),
+    case("MaxPool3d", node("MaxPool", ["x"], kernel_shape=[3, 2, 2], strides=[2, 2, 1], pads=[1, 0, 1, 1, 1, 0]), VOL),
+    case("MaxPool-dilated", node("MaxPool", ["x"], kernel_shape=[2, 2], dilations=[2, 3], pads=[1, 1, 1, 2]), IMG),
+    case(
+        "AveragePool-dilated",
+        node("AveragePool", ["x"], kernel_shape=[2, 2], dilations=[2, 2], pads=[1, 1, 1, 1], count_include_pad=1),
+        IMG,
+        opset=19,
+    ),
+    case("GlobalAveragePool", node("GlobalAveragePool", ["x"]), IMG),
+    case("GlobalAveragePool1d", node("GlobalAveragePool", ["x"]), SEQ),
+    case("GlobalMaxPool", node("GlobalMaxPool", ["x"]), IMG),
+    # normalization
+    case(
+        "BatchNormalization",
+        node("BatchNormalization", ["x", "s", "b", "m", "v"], epsilon=1e-3),
+        IMG,
+        inits={"s": rand(4), "b": rand(4), "m": rand(4), "v": positive(4)},
+    ),
+    case(
+        "InstanceNormalization", node("InstanceNormalization", ["x", "s", "b"]), IMG, inits={"s": rand(4), "b": rand(4)}
+    ),
+    case("LayerNormalization", node("LayerNormalization", ["x", "s", "b"]), X, inits={"s": rand(4), "b": rand(4)}),
+    case(
+        "LayerNormalization-axis1-no-bias",
+        node("LayerNormalization", ["x", "s"], axis=1, epsilon=1e-3),
+        X,
+        inits={"s": rand(3, 4)},
+    ),
+    case(
+        "LRN",
+        node("LRN", ["x"], size=3, alpha=0.01, beta=0.5, bias=2.0),
+        IMG,
+        expect=lambda x: [lrn(x, 3, 0.01, 0.5, 2.0)],
+    ),
+    case("LRN-even-size", node("LRN", ["x"], size=4), IMG, expect=lambda x: [lrn(x, 4, 1e-4, 0.75, 1.0)]),
+    case("Softmax-opset11-coerced", node("Softmax", ["x"], axis=1), X, opset=11, expect=lambda x: [softmax_rows(x, 1)]),
+    case("Softmax-opset13-axis", node("Softmax", ["x"], axis=1), X, opset=13),
+    case(
+        "LogSoftmax-opset11-axis0",
+        node("LogSoftmax", ["x"], axis=0),
+        X,
+        opset=11,
+        expect=lambda x: [softmax_rows(x, 0, log=True)],
+    ),
+    case("LogSoftmax-opset11-last", node("LogSoftmax", ["x"], axis=-1), X, opset=11),
+    case("Dropout-opset12", node("Dropout", ["x", "r"]), X, opset=12, inits={"r": np.float32(0.3)}),
+    case("Identity", node("Identity", ["x"]), X),
+    # reductions
+    case("ReduceSum-axes-input", node("ReduceSum", ["x", "a"], keepdims=0), X, opset=13, inits={"a": ints(0, -1)}),
+    case(
+        "ReduceSum-noop",
+        node("ReduceSum", ["x", "a"], noop_with_empty_axes=1),
+        X,
+        opset=13,
+        inits={"a": np.zeros(0, np.int64)},
+    ),
+    case("ReduceSum-all", node("ReduceSum", ["x"]), X, opset=13),
+    case("ReduceMean-axes-attribute", node("ReduceMean", ["x"], axes=[1]), X, opset=11),
+    case("ReduceMax-axes-input", node("ReduceMax", ["x", "a"]), X, opset=18, inits={"a": ints(1)}),
+    case("ReduceMin-all", node("ReduceMin", ["x"], keepdims=0), X),
+    *(
+        case(op, node(op, ["x"], axes=[2]), {"x": positive(2, 3, 4)})
+        for op in ["ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSum", "ReduceLogSumExp"]
+    ),
+    case("ArgMax", node("ArgMax", ["x"], axis=1, keepdims=0), X),
+    case(
+        "ArgMax-last",
+        node("ArgMax", ["x"], axis=-1, select_last_index=1),
+        {"x": np.float32([[1, 3, 3, 0], [2, 2, 1, 2]])},
+    ),
+    case("ArgMin", node("ArgMin", ["x"], axis=2), X),
+    # shapes
+    case(
+        "GroupNormalization-opset18",
+        node("GroupNormalization", ["x", "s", "b"], num_groups=2, epsilon=1e-3),
+        IMG,
+        opset=18,
+        inits={"s": rand(2), "b": rand(2)},
+    ),
+    case(
+        "GroupNormalization-opset21",
+        node("GroupNormalization", ["x", "s", "b"], num_groups=2),
+        IMG,
+        opset=21,
+        inits={"s": rand(4), "b": rand(4)},
+    ),
+    case("DepthToSpace-DCR", node("DepthToSpace", ["x"], blocksize=2), {"x": rand(1, 8, 2, 3)}),
+    case("DepthToSpace-CRD", node("DepthToSpace", ["x"], blocksize=2, mode="CRD"), {"x": rand(1, 8, 2, 3)}),
+    case("SpaceToDepth", node("SpaceToDepth", ["x"], blocksize=2), {"x": rand(1, 2, 4, 6)}),
+    case(
+        "Resize-nearest-asymmetric-floor",
+        node("Resize", ["x", "", "s"], coordinate_transformation_mode="asymmetric", nearest_mode="floor"),
+        IMG,
+        inits={"s": np.float32([1, 1, 2, 3])},
+    ),
+    case("Resize-nearest-half-pixel-sizes", node("Resize", ["x", "", "", "z"]), IMG, inits={"z": ints(1, 4, 5, 9)}),
+    case(
+        "Resize-nearest-align-corners-down",
+        node(
+            "Resize", ["x", "", "s"], nearest_mode="round_prefer_ceil", coordinate_transformation_mode="align_corners"
+        ),
+        IMG,
+        inits={"s": np.float32([1, 1, 0.6, 1.5])},
+    ),
+    case(
+        "Resize-opset10-floor",
+        node("Resize", ["x", "s"]),
+        IMG,
+        opset=10,
+        inits={"s": np.float32([1, 1, 3, 2])},
+        expect=lambda x, s: [x.repeat(3, axis=2).repeat(2, axis=3)],
+    ),
+    case("Upsample-opset9", node("Upsample", ["x", "s"]), IMG, opset=9, inits={"s": np.float32([1, 1, 2, 3])}),
+    case("Flatten-axis0", node("Flatten", ["x"], axis=0), X),
+    case("Flatten-axis2", node("Flatten", ["x"], axis=2), X),
+    case("Reshape-zero-and-minus-one", node("Reshape", ["x", "s"]), X, inits={"s": ints(0, -1)}),
+    case("Reshape-allowzero", node("Reshape", ["x", "s"], allowzero=1), X, opset=14, inits={"s": ints(4, 6)}),
+    case(
+        "Reshape-opset1-attribute", node("Reshape", ["x"], shape=[6, 4]), X, opset=1, expect=lambda x: [x.reshape(6, 4)]
+    ),
+    case("Expand", node("Expand", ["x", "s"]), {"x": rand(3, 1)}, inits={"s": ints(2, 1, 4)}),
+    case("Tile", node("Tile", ["x", "r"]), {"x": rand(2, 3)}, inits={"r": ints(2, 3)}),
+    case("Concat", node("Concat", ["x", "z"], axis=-1), {"x": rand(2, 3), "z": rand(2, 1)}),
+    case("Split-attribute", node("Split", ["x"], ["y", "y2"], axis=2, split=[1, 3]), X, opset=11, outputs=["y", "y2"]),
+    case(
+        "Split-input",
+        node("Split", ["x", "s"], ["y", "y2"], axis=1),
+        X,
+        opset=13,
+        inits={"s": ints(2, 1)},
+        outputs=["y", "y2"],
+    ),
+    case("Split-equal", node("Split", ["x"], ["y", "y2"], axis=-1), X, outputs=["y", "y2"]),
+    case(
+        "Split-num-outputs-uneven",
+        node("Split", ["x"], ["y", "y2", "y3"], axis=1, num_outputs=3),
+        {"x": rand(2, 7)},
+        opset=18,
+        outputs=["y", "y2", "y3"],
+        expect=lambda x: np.split(x, [3, 6], axis=1),
+    ),
+    case(
+        "Slice-inputs-negative-step",
+        node("Slice", ["x", "s", "e", "a", "t"]),
+        X,
+        inits={"s": ints(-1, 1), "e": ints(-9223372036854775807, 3), "a": ints(2, 1), "t": ints(-2, 1)},
+    ),
+    case("Slice-opset1-attributes", node("Slice", ["x"], starts=[1], ends=[100], axes=[2]), X, opset=1),
+    case("Transpose-default", node("Transpose", ["x"]), X),
+    case("Transpose-perm", node("Transpose", ["x"], perm=[1, 2, 0]), X),
+    case("Squeeze-opset11", node("Squeeze", ["x"], axes=[0]), {"x": rand(1, 3, 1)}, opset=11),
+    case("Squeeze-all", node("Squeeze", ["x"]), {"x": rand(1, 3, 1)}),
+    case("Unsqueeze-opset13", node("Unsqueeze", ["x", "a"]), {"x": rand(3, 2)}, inits={"a": ints(-1, 0)}),
+    case("Gather-axis1-negative", node("Gather", ["x", "i"], axis=1), X, inits={"i": ints(-1, 0, 2)}),
+    case("Gather-embedding", node("Gather", ["w", "i"]), {"i": ints(3, 0, 3)}, inits={"w": rand(5, 4)}),
+    case(
+        "Pad-constant-value-negative",
+        node("Pad", ["x", "p", "v"]),
+        X,
+        inits={"p": ints(0, 1, 2, 1, 0, -1), "v": np.float32(1.5)},
+        expect=lambda x, p, v: [np.pad(x[:, :, :3], ((0, 1), (1, 0), (2, 0)), constant_values=1.5)],
+    ),
+    case("Pad-opset2-attributes", node("Pad", ["x"], pads=[1, 0, 0, 0, 2, 1], value=-1.0), X, opset=2),
+    case("Pad-axes", node("Pad", ["x", "p", "", "a"]), X, opset=18, inits={"p": ints(1, 2, 3, 0), "a": ints(-1, 0)}),
+    *(
+        case(f"Pad-{mode}", node("Pad", ["x", "p"], mode=mode), X, opset=19, inits={"p": ints(0, 2, 3, 1, 1, 2)})
+        for mode in ["reflect", "edge", "wrap"]
+    ),
+    # Negative pads crop first; the reflection is of what is left.
+    case(
+        "Pad-reflect-crop",
+        node("Pad", ["x", "p"], mode="reflect"),
+        X,
+        inits={"p": ints(0, -1, 2, 0, 1, -1)},
+        expect=lambda x, p: [np.pad(x[:, 1:, :3], ((0, 0), (0, 1), (2, 0)), mode="reflect")],
+    ),
+    # values known at import time
+    case(
+        "Constant", [node("Constant", [], ["c"], value=numpy_helper.from_array(rand(3, 4))), node("Add", ["x", "c"])], X
+    ),
+    case("Constant-value-ints", [node("Constant", [], ["s"], value_ints=[4, 6]), node("Reshape", ["x", "s"])], X),
+    case(
+        "ConstantOfShape",
+        [
+            node("ConstantOfShape", ["s"], ["c"], value=numpy_helper.from_array(np.float32([2]))),
+            node("Mul", ["x", "c"]),
+        ],
+        X,
+        inits={"s": ints(3, 4)},
+    ),
+    case(
+        "Shape-Gather-Concat-Reshape",
+        [
+            node("Shape", ["x"], ["shape"]),
+            node("Gather", ["shape", "zero"], ["batch"], axis=0),
+            node("Unsqueeze", ["batch", "axes"], ["batch1"]),
+            node("Concat", ["batch1", "minus1"], ["target"], axis=0),
+            node("Reshape", ["x", "target"]),
+        ],
+        X,
+        inits={"zero": np.int64(0), "axes": ints(0), "minus1": ints(-1)},
+    ),
+    case("Shape-start-end", [node("Shape", ["x"], ["s"], start=1, end=-1), node("Cast", ["s"], to=F)], X, opset=15),
+    case("Size", [node("Size", ["x"], ["n"]), node("Cast", ["n"], to=F)], X),
+    case(
+        "Range",
+        [node("Range", ["a", "b", "c"], ["r"]), node("Add", ["x", "r"])],
+        {"x": rand(3, 5)},
+        inits={"a": np.float32(1), "b": np.float32(3.5), "c": np.float32(0.5)},
+    ),
+]
+
+
+@pytest.mark.parametrize(("nodes", "inputs", "opset", "inits", "outputs", "expect"), CASES)
+def test_op_imports_as_onnx_reference_computes(nodes, inputs, opset, inits, outputs, expect) -> None:
+    model = make_model(nodes, inputs, outputs, opset, inits)
+    if expect is None:
+        expected, got = run_both(model, inputs)
+    else:
+        imported = import_onnx(model)
+        expected, got = expect(**inputs, **inits), compiler.run(imported.module, {**inputs, **imported.weights})
+    assert len(got) == len(expected)
+    for g, e in zip(got, expected):
+        assert g.shape == e.shape
+        if e.dtype.kind in "biu":
+            np.testing.assert_array_equal(g, e)
+        else:
+            np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
+
+
+def test_opset6_broadcast_axis_aligns_from_that_axis() -> None:
+    x, z = rand(2, 3, 4), rand(3)
+    model = make_model([node("Add", ["x", "z"], broadcast=1, axis=1)], {"x": x, "z": z}, ["y"], opset=6)
+    (y,) = compiler.run(import_onnx(model).module, {"x": x, "z": z})
+    np.testing.assert_allclose(y, x + z[None, :, None], rtol=1e-6)
+
+
+# --- the written module -------------------------------------------------------------------------------------
+
+
+def conv_net():
+    """x -> Conv (weights) -> Relu -> Reshape (shape initializer) -> Gemm (transB), with torch-style names."""
+    nodes = [
+        helper.make_node(
+            "Conv",
+            ["input.1", "conv1.weight", "conv1.bias"],
+            ["/conv1/Conv_output_0"],
+            name="/conv1/Conv",
+            pads=[1, 1, 1, 1],
+        ),
+        helper.make_node("Relu", ["/conv1/Conv_output_0"], ["/relu/Relu_output_0"], name="/relu/Relu"),
+        helper.make_node("Reshape", ["/relu/Relu_output_0", "onnx::Reshape_9"], ["/Reshape_output_0"], name="/Reshape"),
+        helper.make_node("Gemm", ["/Reshape_output_0", "fc.weight", "fc.bias"], ["logits"], name="/fc/Gemm", transB=1),
+    ]
+    inits = {
+        "conv1.weight": rand(4, 3, 3, 3),
+        "conv1.bias": rand(4),
+        "onnx::Reshape_9": ints(1, -1),
+        "fc.weight": rand(10, 4 * 5 * 5),
+        "fc.bias": rand(10),
+    }
+    return make_model(nodes, {"input.1": rand(1, 3, 5, 5)}, ["logits"], 17, inits)
+
+
+def test_weights_become_arguments_after_the_data_inputs() -> None:
+    f = import_onnx(conv_net()).module["main"]
+    assert [a.name for a in f.args] == ["input.1", "conv1.weight", "conv1.bias", "fc.weight", "fc.bias"]
+
+
+def test_integer_initializers_are_constants_not_weights() -> None:
+    imported = import_onnx(conv_net())
+    assert "onnx__Reshape_9" not in imported.weights
+    assert set(imported.weights) == {"conv1.weight", "conv1.bias", "fc.weight", "fc.bias"}
+
+
+def test_names_are_sanitized_and_recognisable() -> None:
+    text = import_onnx(conv_net()).text
+    assert "%conv1_Conv_output_0 = graph.conv2d(%input.1, %conv1.weight, %conv1.bias)" in text
+    assert "%logits" in text
+
+
+def test_gemm_transb_is_matmul_of_a_transpose() -> None:
+    text = import_onnx(conv_net()).text
+    t = re.search(r"%(\S+) = graph.transpose\(%fc.weight\) \{perm = \[1, 0\]\}", text)
+    assert t and f"graph.matmul(%Reshape_output_0, %{t.group(1)})" in text
+
+
+def test_every_op_line_names_its_onnx_node() -> None:
+    text = import_onnx(conv_net()).text
+    op_lines = [line for line in text.splitlines() if " = graph." in line]
+    assert op_lines and all(re.search(r"// node \d+ '[^']+' \(\w+\)$", line) for line in op_lines)
+
+
+def test_op_locations_are_lines_of_the_written_text() -> None:
+    imported = import_onnx(conv_net(), gir_name="net.gir")
+    lines = imported.text.splitlines()
+    for op in imported.module["main"].ops:
+        assert op.loc.file == "net.gir"
+        assert op.name in lines[op.loc.line - 1]
+
+
+def test_imported_module_matches_onnx_reference() -> None:
+    model = conv_net()
+    x = rand(1, 3, 5, 5)
+    expected, got = run_both(model, {"input.1": x})
+    np.testing.assert_allclose(got[0], expected[0], rtol=1e-4, atol=1e-5)
+
+
+def test_embed_weights_makes_constants() -> None:
+    imported = import_onnx(conv_net(), embed_weights=True)
+    assert imported.weights == {}
+    assert [a.name for a in imported.module["main"].args] == ["input.1"]
+    assert "dense<" in imported.text
+
+
+def test_graph_output_known_at_import_is_a_constant() -> None:
+    model = make_model([node("Shape", ["x"])], X, ["y"])
+    (y,) = compiler.run(import_onnx(model).module, X)
+    np.testing.assert_array_equal(y, [2, 3, 4])
+
+
+def test_symbolic_batch_dimension_defaults_to_one() -> None:
+    model = make_model([node("Relu", ["x"])], X, ["y"])
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    assert import_onnx(model).module["main"].args[0].type.shape == (1, 3, 4)
+
+
+def test_input_shape_gives_symbolic_dimensions() -> None:
+    model = make_model([node("Relu", ["x"])], X, ["y"])
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "seq"
+    f = import_onnx(model, input_shapes={"x": (2, 7, 4)}).module["main"]
+    assert f.args[0].type.shape == (2, 7, 4)
+
+
+# --- diagnostics ----------------------------------------------------------------------------------------------
+
+
+def import_error(model, **kw) -> str:
+    with pytest.raises(GCError) as e:
+        import_onnx(model, **kw)
+    return e.value.render()
+
+
+def test_unsupported_op_names_node_index_name_and_opset() -> None:
+    nodes = [node("Relu", ["x"], ["r"]), helper.make_node("Einsum", ["r"], ["y"], name="Einsum_3", equation="ij->ji")]
+    msg = import_error(make_model(nodes, {"x": rand(2, 3)}, ["y"]))
+    assert msg == "<model>: error: node 1 'Einsum_3': unsupported op Einsum (opset 17)"
+
+
+def test_unsupported_attribute_is_named() -> None:
+    msg = import_error(make_model([node("MaxPool", ["x"], kernel_shape=[2, 2], foo=1)], IMG, ["y"]))
+    assert "node 0: MaxPool (opset 17): unsupported attribute 'foo'" in msg
+
+
+def test_shape_computed_at_run_time_is_an_error() -> None:
+    msg = import_error(make_model([node("Reshape", ["x", "s"])], {"x": rand(2, 3), "s": ints(3, 2)}, ["y"]))
+    assert "input #1 (shape) must be a constant, but 's' is computed at run time" in msg
+
+
+def test_graph_op_diagnostic_names_the_node() -> None:
+    msg = import_error(make_model([node("MatMul", ["x", "z"])], {"x": rand(2, 3), "z": rand(4, 5)}, ["y"]))
+    assert msg.startswith("<model>: error: node 0: MatMul (opset 17): graph.matmul: inner dimensions differ: 3 vs 4")
+
+
+def test_symbolic_inner_dimension_without_input_shape_is_an_error() -> None:
+    model = make_model([node("Relu", ["x"])], X, ["y"])
+    model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "seq"
+    msg = import_error(model)
+    assert "input 'x' has the symbolic dimension 'seq' at position 2: give its size with --input-shape x=2x3xN" in msg
+
+
+def test_input_shape_that_contradicts_the_model_is_an_error() -> None:
+    msg = import_error(make_model([node("Relu", ["x"])], X, ["y"]), input_shapes={"x": (2, 3, 5)})
+    assert "--input-shape x=2x3x5 does not fit the model's shape [2, 3, 4]" in msg
+
+
+def test_input_shape_for_an_unknown_input_is_an_error() -> None:
+    msg = import_error(make_model([node("Relu", ["x"])], X, ["y"]), input_shapes={"nope": (1,)})
+    assert "--input-shape names 'nope', but the inputs are 'x'" in msg
+
+
+def test_unsupported_input_dtype_is_an_error() -> None:
+    msg = import_error(make_model([node("Identity", ["u"])], {"u": np.zeros(3, np.uint8)}, ["y"]))
+    assert "input 'u' has element type UINT8, which GIR has no dtype for" in msg
+
+
+def test_op_of_another_domain_is_unsupported() -> None:
+    model = make_model([helper.make_node("FusedConv", ["x"], ["y"], domain="com.microsoft")], IMG, ["y"])
+    model.opset_import.append(helper.make_opsetid("com.microsoft", 1))
+    assert "unsupported op com.microsoft.FusedConv (opset 1)" in import_error(model)
+
+
+def test_used_second_output_that_gc_does_not_compute_is_an_error() -> None:
+    nodes = [node("MaxPool", ["x"], ["y", "i"], kernel_shape=[2, 2]), node("Cast", ["i"], ["z"], to=F)]
+    assert "output #1 (Indices) is used, but gc does not compute it" in import_error(make_model(nodes, IMG, ["z"]))
+
+
+def test_resize_other_than_nearest_is_an_error() -> None:
+    model = make_model([node("Resize", ["x", "", "s"], mode="linear")], IMG, ["y"], 17, {"s": np.float32([1, 1, 2, 2])})
+    assert "Resize (opset 17): mode 'linear' is not supported (only nearest)" in import_error(model)
+
+
+def test_without_the_onnx_package_import_says_how_to_get_it(monkeypatch) -> None:
+    monkeypatch.setitem(__import__("sys").modules, "onnx", None)  # `import onnx` raises ImportError
+    with pytest.raises(GCError, match="gc import needs the onnx package: pip install onnx"):
+        import_onnx("model.onnx")
+
+
+# --- the command ----------------------------------------------------------------------------------------------
+
+
+def test_gc_import_writes_gir_and_npz_that_gc_runs(tmp_path, capsys) -> None:
+    model = conv_net()
+    onnx.save(model, tmp_path / "net.onnx")
+    assert main(["import", str(tmp_path / "net.onnx"), "-o", str(tmp_path / "net.gir")]) == 0
+    assert "wrote" in capsys.readouterr().err
+    weights = dict(np.load(tmp_path / "net.npz"))
+    assert set(weights) == {"conv1.weight", "conv1.bias", "fc.weight", "fc.bias"}
+    x = rand(1, 3, 5, 5)
+    np.savez(tmp_path / "in.npz", **weights, **{"input.1": x})
+    assert (
+        main(
+            [
+                "run",
+                str(tmp_path / "net.gir"),
+                "--inputs",
+                str(tmp_path / "in.npz"),
+                "--outputs",
+                str(tmp_path / "out.npz"),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
+    expected = ReferenceEvaluator(model).run(None, {"input.1": x})[0]
+    np.testing.assert_allclose(np.load(tmp_path / "out.npz")["result0"], expected, rtol=1e-4, atol=1e-5)
+
+
+def test_gc_import_unsupported_op_exits_1_without_traceback(tmp_path, capsys) -> None:
+    model = make_model([helper.make_node("NonZero", ["x"], ["y"], name="nz")], X, ["y"])
+    onnx.save(model, tmp_path / "m.onnx")
+    assert main(["import", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.gir")]) == 1
+    err = capsys.readouterr().err
+    assert err.strip() == f"{tmp_path / 'm.onnx'}: error: node 0 'nz': unsupported op NonZero (opset 17)"
+
+
+def test_gc_import_of_a_file_that_is_not_onnx_exits_1(tmp_path, capsys) -> None:
+    (tmp_path / "bad.onnx").write_bytes(b"\xff\x00 not a model")
+    assert main(["import", str(tmp_path / "bad.onnx")]) == 1
+    assert "cannot read the model" in capsys.readouterr().err
+
+
+def test_gc_import_bad_input_shape_is_a_usage_error(tmp_path, capsys) -> None:
+    onnx.save(conv_net(), tmp_path / "net.onnx")
+    assert main(["import", str(tmp_path / "net.onnx"), "--input-shape", "x=1by3"]) == 2
+    assert "expected NAME=D1xD2x..." in capsys.readouterr().err

@@ -449,3 +449,16 @@ def test_results_are_written_where_the_caller_wants_them() -> None:
     np.testing.assert_allclose(out, run(src, inputs)[0], rtol=1e-4, atol=1e-5)
     with pytest.raises(GCError, match=r"output 0 must be a writeable float32\[64, 10\]"):
         m.run_into([np.zeros((64, 9), np.float32)], **inputs)
+
+
+def test_read_only_inputs_are_accepted() -> None:
+    """onnx.numpy_helper and np.load(mmap_mode="r") hand out read-only arrays, which have no DLPack export."""
+    import compiler
+
+    m = compiler.compile(ROOT / "examples/mlp.gir", "llvm")
+    src = parse_file(ROOT / "examples/mlp.gir")
+    inputs = random_inputs(src["main"], 5, src)
+    want = m(**inputs)[0]
+    for x in inputs.values():
+        x.flags.writeable = False
+    np.testing.assert_array_equal(m(**inputs)[0], want)

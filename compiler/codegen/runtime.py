@@ -125,7 +125,8 @@ class CompiledModel:
         for slot, x, staging, stage in zip(self._arg_slots, inputs, self._staging, self._always_stage):
             if slot < 0:
                 continue
-            if stage or (check_alignment and x.__array_interface__["data"][0] % ALIGN):
+            # Read-only arrays (np.load with mmap, onnx.numpy_helper) have no DLPack export: staged too.
+            if stage or not x.flags.writeable or (check_alignment and x.__array_interface__["data"][0] % ALIGN):
                 staging.copyfrom(x)
                 bufs[slot] = staging
             else:

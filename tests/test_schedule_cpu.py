@@ -252,6 +252,8 @@ def conv_loops(x, w, stride, pad) -> np.ndarray:
         (2, 3, 9, 7, 16, 3, 2, 1, False, "conv2d"),
         (1, 16, 6, 10, 8, 1, 1, 0, True, "conv2d"),
         (1, 5, 7, 7, 24, 5, 1, 2, False, "conv2d"),
+        (1, 64, 7, 7, 32, 3, 1, 1, True, "conv2d"),  # rows of 7: a 7-pixel tile of one vector
+        (1, 16, 14, 14, 16, 3, 1, 1, False, "conv2d"),  # rows of 14: the same tile twice a row
         (1, 4, 5, 5, 6, 3, 1, 0, False, "rows"),  # 6 output channels: no vector block; dot products
     ],
 )

@@ -329,3 +329,23 @@ def test_gc_train_of_a_function_without_loss_or_a_missing_file_exits_1(tmp_path:
     assert "it needs a floating-point scalar loss" in capsys.readouterr().err
     assert gc_main(["train", str(tmp_path / "missing.gir"), "--steps", "2"]) == 1
     assert "cannot read" in capsys.readouterr().err
+
+
+def test_f16_training_step_with_a_loss_scale_stays_close_to_f32_and_trains() -> None:
+    """Mixed precision on the training step: matmuls (forward and gradient) in f16, the loss and the
+    master weights f32; a static loss scale keeps small gradients above f16's underflow."""
+    src = (ROOT / "examples" / "train_mlp.gir").read_text()
+    f32 = parse(src, "train_mlp.gir")
+    run_pipeline(f32, "make-train-step{lr=0.1}")
+    f16 = parse(src, "train_mlp.gir")
+    run_pipeline(f16, "make-train-step{lr=0.1,loss-scale=1024},mixed-precision{dtype=f16},canonicalize")
+    step = f16["train_step"]
+    low = [op for op in step.ops if op.name == "graph.matmul" and str(op.result.type.dtype) == "f16"]
+    assert len(low) >= 5  # three forward matmuls and the gradients' (the input gets none)
+    assert [str(v.type.dtype) for v in step.results] == ["f32"] * len(step.results)
+    inputs = random_inputs(f32["main"], 0, f32)
+    want = run(f32, inputs, entry="train_step")
+    got = compiler.compile(f16, "llvm", entry="train_step")(**inputs)
+    assert abs(float(got[0]) - float(want[0])) < 1e-2 * abs(float(want[0]))
+    for g, w in zip(got[1:], want[1:]):
+        np.testing.assert_allclose(g, w, rtol=0, atol=5e-3 * float(np.abs(w).max()) + 1e-4)  # f16 gradients, times lr

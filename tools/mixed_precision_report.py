@@ -31,7 +31,7 @@ from compiler.pipeline import run_pipeline
 
 DOC = ROOT / "docs" / "mixed_precision.md"
 BEGIN, END = "<!-- accuracy table: begin -->", "<!-- accuracy table: end -->"
-EXAMPLES = ["mlp", "cnn", "transformer", "train_mlp"]
+EXAMPLES = sorted(p.stem for p in (ROOT / "examples").glob("*.gir"))  # every example
 DTYPES = ["f32", "f16", "bf16"]
 
 

@@ -29,11 +29,48 @@ def leading_spatial_loops(sch: s_tir.Schedule, b) -> list:
     return spatial
 
 
-def inline_spatial(sch: s_tir.Schedule, bs: list) -> None:
-    """Inline the spatial blocks of `bs` into their consumers where TVM allows it."""
+def inline_spatial(sch: s_tir.Schedule, bs: list, keep_costly: int | None = None) -> None:
+    """Inline the spatial blocks of `bs` into their consumers where TVM allows it. With `keep_costly`, a
+    block whose expression has more nodes than that and which a consumer reads more than once stays a
+    stage of its own: inlining copies it at every read, and a chain of such ops (maximum reads each
+    operand three times) would grow exponentially."""
     for b in bs:
-        if is_spatial(sch, b):
-            try:
-                sch.compute_inline(b)
-            except Exception:  # noqa: BLE001 (e.g. an output block: it stays a loop nest of its own)
-                pass
+        if not is_spatial(sch, b) or (keep_costly is not None and _costly_reread(sch, b, keep_costly)):
+            continue
+        try:
+            sch.compute_inline(b)
+        except Exception:  # noqa: BLE001 (e.g. an output block: it stays a loop nest of its own)
+            pass
+
+
+def _costly_reread(sch: s_tir.Schedule, b, limit: int) -> bool:
+    body = sch.get(b).body
+    if not hasattr(body, "value") or _count(body.value, limit + 1) <= limit:
+        return False
+    buf = sch.get(b).writes[0].source
+    return any(_reads(sch.get(c).body, buf) > 1 for c in sch.get_consumers(b))
+
+
+def _count(e, cap: int, buf=None) -> int:
+    """The nodes of expression `e` (or, given `buf`, its loads of `buf`), looking at no more than `cap`."""
+    from tvm.ir.expr import TensorLoad
+
+    n, seen, stack = 0, 0, [e]
+    while stack and seen < cap:
+        x = stack.pop()
+        seen += 1
+        if buf is None or (isinstance(x, TensorLoad) and x.source.same_as(buf)):
+            n += 1
+        for name in ("a", "b", "value", "condition", "true_value", "false_value"):
+            v = getattr(x, name, None)
+            if v is not None and not isinstance(v, (int, float, str)):
+                stack.append(v)
+        stack.extend(getattr(x, "args", None) or [])
+        stack.extend(getattr(x, "indices", None) or [])
+    return n
+
+
+def _reads(stmt, buf) -> int:
+    """How many loads of `buf` a block's body (a store) holds."""
+    value = getattr(stmt, "value", None)
+    return _count(value, 1 << 16, buf) if value is not None else 0

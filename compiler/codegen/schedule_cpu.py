@@ -90,8 +90,11 @@ def prepack(value: np.ndarray, tag: str) -> np.ndarray:
     raise ValueError(f"unknown packed layout {tag}")
 
 
+COSTLY = 48  # expression nodes from which a stage read several times by one consumer is stored, not inlined
+
+
 def _fallback(sch: s_tir.Schedule) -> None:
-    inline_spatial(sch, blocks(sch)[:-1])
+    inline_spatial(sch, blocks(sch)[:-1], keep_costly=COSTLY)
     for b in blocks(sch):
         loops = sch.get_loops(b)
         if not loops:

@@ -78,7 +78,9 @@ class Diagnostic:
 
 def _render_one(loc: Location | None, severity: str, message: str) -> str:
     if loc is None or loc.line == 0:
-        return f"{severity}: {message}"
+        # A file without lines (a binary model, a whole input) is still named; the unknown location is not.
+        named = loc is not None and loc.file and loc.file != UNKNOWN.file
+        return f"{loc.file}: {severity}: {message}" if named else f"{severity}: {message}"
     head = f"{loc}: {severity}: {message}"
     line = loc.source.line(loc.line) if loc.source else Source(loc.file).line(loc.line)
     if line is None:

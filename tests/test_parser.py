@@ -159,3 +159,10 @@ def test_empty_dense_prints_as_a_splat() -> None:
 def test_bools_are_not_float_dense_values() -> None:
     with pytest.raises(GCError, match="must be numbers, not true/false"):
         parse("func @m() -> tensor<2xf32> {\n  %c = graph.constant {value = dense<[true, 2.0]> : tensor<2xf32>}\n  return %c\n}")
+
+
+def test_a_diagnostic_about_a_whole_file_names_the_file() -> None:
+    from compiler.diagnostics import Location
+
+    assert str(GCError("not a model", Location("model.onnx", 0, 0))) == "model.onnx: error: not a model"
+    assert str(GCError("no location")) == "error: no location"

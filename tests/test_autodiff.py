@@ -351,3 +351,25 @@ def test_pass_is_registered_with_its_options() -> None:
     (p,) = parse_pipeline("autodiff{func=main,wrt=w1,b1}")
     assert isinstance(p, Autodiff) and p.func == "main" and p.wrt == ("w1", "b1")
     assert p.spelled() == "autodiff{func=main,wrt=w1,b1}"
+
+
+def test_default_target_is_the_uncalled_function_that_returns_a_loss() -> None:
+    """@main returns logits; @loss calls it and returns the scalar: autodiff differentiates @loss."""
+    src = """func @main(%x: tensor<4x3xf64>, %w: tensor<3x2xf64>) -> tensor<4x2xf64> {
+  %y = graph.matmul(%x, %w) : tensor<4x2xf64>
+  return %y
+}
+func @loss(%x: tensor<4x3xf64>, %w: tensor<3x2xf64>, %t: tensor<4x2xf64>) -> tensor<f64> {
+  %y = graph.call(%x, %w) {callee = @main} : tensor<4x2xf64>
+  %l = graph.mse_loss(%y, %t) : tensor<f64>
+  return %l
+}
+"""
+    from compiler.parser import parse
+    from compiler.pipeline import run_pipeline
+
+    m = parse(src, "loss.gir")
+    run_pipeline(m, "autodiff")
+    assert list(m.funcs) == ["main", "loss", "loss_grad"]
+    assert [str(t) for t in m["loss_grad"].result_types] == ["tensor<f64>", "tensor<4x3xf64>", "tensor<3x2xf64>",
+                                                             "tensor<4x2xf64>"]

@@ -145,7 +145,7 @@ class Autodiff(Pass):
     name = "autodiff"
     summary = "add @NAME_grad returning the scalar loss of @NAME and its gradient for each float argument"
     func: str = field(
-        default="", metadata={"help": "the function to differentiate (default: @main, else every uncalled function)"}
+        default="", metadata={"help": "the function to differentiate (default: every uncalled function returning a float scalar)"}
     )
     wrt: tuple[str, ...] = field(
         default=(), metadata={"help": "the arguments to differentiate with respect to (default: every float one)"}
@@ -162,17 +162,22 @@ class Autodiff(Pass):
             self.stats["gradients"] += len(g.results) - 1
 
     def targets(self, module: Module) -> list[Func]:
-        """The function named by `func`; by default @main, or without one every function nothing calls."""
+        """The function named by `func`; by default every function nothing calls that returns one
+        floating-point scalar (a loss: @loss calling a @main that returns logits); without any, @main (or
+        every uncalled function), whose diagnostic then says what it returns instead."""
         if self.func:
             if self.func not in module:
                 names = ", ".join("@" + n for n in module.funcs) or "none"
                 raise InputError(f"autodiff: no function @{self.func} (functions: {names})")
             return [module[self.func]]
-        if "main" in module:
-            return [module["main"]]
         called = {op.callee.name for f in module for op in f.ops if isinstance(op, creation.Call)}
         grads = {f"{f.name}_grad" for f in module}  # gradients made before are no losses themselves
-        return [f for f in module if f.name not in called | grads and not f.attrs.get("kernel")]
+        roots = [f for f in module if f.name not in called | grads and not f.attrs.get("kernel")]
+        losses = [f for f in roots if len(f.result_types) == 1 and f.result_types[0].rank == 0
+                  and f.result_types[0].dtype.is_float]
+        if losses:
+            return losses
+        return [module["main"]] if "main" in module else roots
 
 
 def _insert_after(module: Module, f: Func, g: Func) -> None:

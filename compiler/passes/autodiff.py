@@ -145,7 +145,7 @@ class Autodiff(Pass):
     name = "autodiff"
     summary = "add @NAME_grad returning the scalar loss of @NAME and its gradient for each float argument"
     func: str = field(
-        default="", metadata={"help": "the function to differentiate (default: every uncalled function returning a float scalar)"}
+        default="", metadata={"help": "the function to differentiate (default: @main, else the uncalled losses)"}
     )
     wrt: tuple[str, ...] = field(
         default=(), metadata={"help": "the arguments to differentiate with respect to (default: every float one)"}
@@ -162,9 +162,9 @@ class Autodiff(Pass):
             self.stats["gradients"] += len(g.results) - 1
 
     def targets(self, module: Module) -> list[Func]:
-        """The function named by `func`; by default every function nothing calls that returns one
-        floating-point scalar (a loss: @loss calling a @main that returns logits); without any, @main (or
-        every uncalled function), whose diagnostic then says what it returns instead."""
+        """The function named by `func`; by default @main if it returns a loss (one floating-point
+        scalar), else every function nothing calls that does (@loss calling a @main that returns logits);
+        without any, @main (or every uncalled function), whose diagnostic then says what it returns."""
         if self.func:
             if self.func not in module:
                 names = ", ".join("@" + n for n in module.funcs) or "none"
@@ -175,6 +175,8 @@ class Autodiff(Pass):
         roots = [f for f in module if f.name not in called | grads and not f.attrs.get("kernel")]
         losses = [f for f in roots if len(f.result_types) == 1 and f.result_types[0].rank == 0
                   and f.result_types[0].dtype.is_float]
+        if any(f.name == "main" for f in losses):
+            return [module["main"]]
         if losses:
             return losses
         return [module["main"]] if "main" in module else roots

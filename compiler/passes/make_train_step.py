@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from compiler.builder import Builder
-from compiler.ir import DType, Func, Module, Value
+from compiler.ir import DType, Func, Module, Op, Value
 from compiler.passes import InputError, Pass
 from compiler.passes.autodiff import append_backward, inline_calls
 from compiler.rewrite import erase_dead_ops
@@ -117,7 +117,39 @@ def build_train_step(module: Module, f: Func, lr: float, params: Sequence[str] =
     g.results = [loss, *new]
     g.result_types = [v.type for v in g.results]
     erase_dead_ops(g)
+    _update_early(g, {v.owner for w in new for v in (w, w.owner.operands[1])} | {c.owner for c in rates.values()})
     return g
+
+
+def _update_early(g: Func, update: set[Op]) -> None:
+    """Move each update right after the op that makes its gradient: the gradient (and, once fused into
+    its matmul's epilogue, that matmul's inputs) then dies there instead of living to the end of the step
+    (deep_mlp's step: a file-order peak of 3.97 MB, 2.46 after `schedule`, without this)."""
+    pending = [op for op in g.ops if op in update]
+    defined = set(g.args)
+    out: list[Op] = []
+
+    def place() -> None:
+        # An update goes in once its gradient exists; the learning-rate constant right before its first use.
+        for op in [p for p in pending if p.name != "graph.constant"]:
+            consts = [v.owner for v in op.operands if v.owner in pending and v.owner.name == "graph.constant"]
+            if all(v in defined or v.owner in consts for v in op.operands):
+                for c in dict.fromkeys(consts):
+                    out.append(c)
+                    defined.update(c.results)
+                    pending.remove(c)
+                out.append(op)
+                defined.update(op.results)
+                pending.remove(op)
+
+    place()
+    for op in g.ops:
+        if op in update:
+            continue
+        out.append(op)
+        defined.update(op.results)
+        place()
+    g.ops = out + pending
 
 
 @dataclass

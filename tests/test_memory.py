@@ -97,10 +97,13 @@ def test_inception_towers_run_on_four_streams_and_never_share_bytes() -> None:
     ops = p["main"].ops
     waits = [op for op in ops[: ops.index(concat)] if op.name == "exec.wait" and op.stream == concat.stream]
     assert len(waits) >= 3
+    # Tensors written on different streams (different towers) never share bytes of the arena.
     views = {op.result: (op.offset, op.offset + op.result.type.nbytes) for op in ops if op.name == "mem.view"}
-    towers = [[v for v in op.operands if v.owner in launches] for op in [concat]][0]
-    spans = [views[op.operands[-1]] for op in launches if op.stream != concat.stream or op is not concat]
-    assert len(towers) == 4 and all(a[1] <= b[0] or b[1] <= a[0] for i, a in enumerate(spans[:4]) for b in spans[i + 1 : 4])
+    spans = [(op.stream, views[d]) for op in launches for d in op.destinations if d in views]
+    assert len({s for s, _ in spans}) == 4
+    for i, (s1, (a0, a1)) in enumerate(spans):
+        for s2, (b0, b1) in spans[i + 1 :]:
+            assert s1 == s2 or a1 <= b0 or b1 <= a0
 
 
 def test_serial_plan_of_inception_reuses_bytes_the_concurrent_one_cannot() -> None:
@@ -372,15 +375,16 @@ def test_overlapping_plan_computes_wrong_numbers_on_the_interpreter_too() -> Non
     np.testing.assert_allclose(got, 2 * np.exp(np.exp(x)), rtol=1e-6)
 
 
+LAUNCH = "  %0 = mem.view(%arena) {{offset = 0}} : tensor<16xf32>\n  %a = exec.launch(%x, %0) {{kernel = @{kernel}}} : tensor<16xf32>\n  return %a"
+
+
 @pytest.mark.parametrize(
     "body, message",
     [
         ("  %0 = mem.view(%arena) {offset = 32} : tensor<16xf32>\n  return %x", "offset 32 is not a multiple of"),
         ("  %0 = mem.view(%arena) {offset = 256} : tensor<16xf32>\n  return %x", "lie outside the 256-byte arena"),
-        ("  %0 = mem.view(%arena) {offset = 0} : tensor<16xf32>\n  %a = exec.launch(%x, %0) {kernel = @sum} : tensor<16xf32>\n"
-         "  return %a", "@sum takes 2 input(s), got 1"),
-        ("  %0 = mem.view(%arena) {offset = 0} : tensor<16xf32>\n  %a = exec.launch(%x, %0) {kernel = @nope} : tensor<16xf32>\n"
-         "  return %a", "unknown kernel @nope"),
+        (LAUNCH.format(kernel="sum"), "@sum takes 2 input(s), got 1"),
+        (LAUNCH.format(kernel="nope"), "unknown kernel @nope"),
         ("  %0 = mem.view(%arena) {offset = 0}\n  return %x", "write the result type"),
     ],
     ids=["misaligned", "out-of-bounds", "arity", "unknown-kernel", "untyped-view"],
@@ -433,7 +437,8 @@ def test_docs_memory_md_table_is_current() -> None:
     import subprocess
     import sys
 
-    r = subprocess.run([sys.executable, str(ROOT / "tools/memory_report.py"), "--check"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, str(ROOT / "tools/memory_report.py"), "--check"], capture_output=True, text=True,
+                       check=False)
     assert r.returncode == 0, r.stderr
 
 

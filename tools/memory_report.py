@@ -19,10 +19,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from compiler.codegen.build import PIPELINE, plan_module  # noqa: E402
-from compiler.memory import plan_stats  # noqa: E402
-from compiler.parser import parse_file  # noqa: E402
-from compiler.pipeline import run_pipeline  # noqa: E402
+from compiler.codegen.build import PIPELINE, plan_module
+from compiler.memory import plan_stats
+from compiler.parser import parse_file
+from compiler.pipeline import run_pipeline
 
 BEGIN, END = "<!-- memory-report -->", "<!-- /memory-report -->"
 

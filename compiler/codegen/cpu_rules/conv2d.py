@@ -18,6 +18,11 @@ from tvm.ir.expr import TensorLoad
 from compiler.codegen.cpu_rules.common import REDUCE, Context, blocks, lanes, static, try_vectorize
 
 
+# Weights passed per call are repacked per call: in parallel only from this many elements on (waking
+# the thread pool costs more than copying a small conv's weights on one core).
+PARALLEL_PACK = 1 << 16
+
+
 @dataclass
 class Conv:
     name: str
@@ -128,7 +133,7 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     try_vectorize(sch, sch.get_loops(out)[-1], px)
 
     _pack_loops(sch, pad, cb, vl)
-    if wp is not None:
+    if wp is not None and o * ci * kh * kw >= PARALLEL_PACK:
         sch.parallel(sch.get_loops(wp)[0])
     return True
 

@@ -273,22 +273,36 @@ class _Clocks:
         return cb.get(sa, 0) >= ta
 
 
-def plan_stats(f: Func) -> dict[str, int]:
-    """The memory figures of a planned function: the arena's size, the bytes every intermediate would take
-    in a buffer of its own, and the largest total of intermediates alive at one step of its order. Sizes
-    count in whole units of the arena's alignment, which every buffer needs."""
+def plan_stats(f: Func, unit: int = 1) -> dict[str, int]:
+    """The memory figures of a planned function: the arena's size; the bytes of its intermediates, each in a
+    buffer of its own (naive); and the lower bound: the largest total of intermediates alive at one step
+    of its order, where an output written in place over an input that dies at that step counts once with
+    it (they are one buffer), so that no arena can be smaller. Sizes are in bytes, or rounded up to
+    `unit` (the alignment every buffer needs)."""
     steps = [op for op in f.ops if op.name in ("exec.launch", "exec.copy")]
-    arena_op = next((op for op in f.ops if op.name == "mem.arena"), None)
-    arena, align = (arena_op.size, arena_op.align) if arena_op is not None else (0, 1)
-    in_arena = {op.result for op in f.ops if op.name == "mem.view"}
+    arena = next((op.size for op in f.ops if op.name == "mem.arena"), 0)
+    where = {op.result: (op.offset, op.offset + op.result.type.nbytes) for op in f.ops if op.name == "mem.view"}
     last: dict[Value, int] = {}
     for i, op in enumerate(steps):
         for v in op.operands[: len(op.operands) - len(op.results)]:
             last[v] = i
-    lts = []
+    blocks: dict[Value, Block] = {}  # value -> the buffer it shares (in place) or owns
+    naive = 0
     for i, op in enumerate(steps):
-        dests = op.operands[len(op.operands) - len(op.results) :]
+        n = len(op.results)
+        ins, dests = op.operands[: len(op.operands) - n], op.operands[len(op.operands) - n :]
         for d, r in zip(dests, op.results):
-            if d in in_arena and r.type.nbytes:
-                lts.append(Lifetime(r, _round(r.type.nbytes, align), i, max(i, last.get(r, i))))
-    return {"arena_bytes": arena, "naive_bytes": sum(lt.size for lt in lts), "lower_bound_bytes": lower_bound(lts)}
+            if d not in where or not r.type.nbytes:
+                continue
+            size = _round(r.type.nbytes, unit)
+            naive += size
+            where[r] = where[d]
+            end = max(i, last.get(r, i))
+            donor = next((v for v in ins if v in blocks and where.get(v) == where[d] and last.get(v) == i), None)
+            if donor is not None:
+                b = blocks[donor]
+                b.size, b.end = max(b.size, size), max(b.end, end)
+            else:
+                b = Block(size, i, end)
+            blocks[r] = b
+    return {"arena_bytes": arena, "naive_bytes": naive, "lower_bound_bytes": lower_bound(list(dict.fromkeys(blocks.values())))}

@@ -74,7 +74,7 @@ def memory_plan(module: Module, f: Func) -> dict[str, int]:
     if is_planned(f):
         return plan_stats(f)
     copy = module.clone()
-    file_order = peak_bytes(copy[f.name], align=64)
+    file_order = peak_bytes(copy[f.name])
     run_pipeline(copy, "schedule,plan-memory")
     return {**plan_stats(copy[f.name]), "file_order_lower_bound_bytes": file_order}
 
@@ -190,7 +190,7 @@ _MEMORY = [
 
 def format_memory(memory: dict[str, int]) -> list[str]:
     """The memory plan's figures, with the arena's ratio to the naive size and to the lower bound."""
-    lines = ["memory plan (intermediates; sizes in 64-byte units):"]
+    lines = ["memory plan (intermediates):"]
     for label, key in _MEMORY:
         if key in memory:
             lines.append(f"  {label:<{_W}} {memory[key]:>16,}  {_human(memory[key], 'bytes')}".rstrip())

@@ -88,7 +88,7 @@ def plan_module(module: Module, target: str = "llvm", entry: str = "main", *, co
     f = module[entry]
     if is_planned(f):
         return None
-    file_order_bound = peak_bytes(f, align=ALIGN[target])
+    file_order_bound = peak_bytes(f)
     streams = ",assign-streams" if target == "cuda" else ""
     flag = "true" if concurrent and target == "cuda" else "false"
     run_pipeline(module, f"schedule,plan-memory{{align={ALIGN[target]},concurrent={flag}}}{streams}")

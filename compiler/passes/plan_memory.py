@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 from compiler.diagnostics import GCError
 from compiler.ir import Func, Module, Op, SymbolRef, Value
-from compiler.memory import Block, check_plan, lifetimes, lower_bound, place
+from compiler.memory import Block, check_plan, lifetimes, place, plan_stats
 from compiler.passes import Pass
 from dialects.exec import Copy, Launch
 from dialects.graph.creation import Call
@@ -150,8 +150,9 @@ def _plan(module: Module, f: Func, align: int, in_place: bool, concurrent: bool)
     blocks = list(dict.fromkeys(block_of.values()))
     size = place(blocks, align, conflict=order.conflict if order else None)
     _rewrite(f, steps, block_of, size, align)
-    return {"arena-bytes": size, "naive-bytes": sum(lt.size for lt in lts), "lower-bound-bytes": lower_bound(lts),
-            "in-place": joined}
+    figures = plan_stats(f)
+    return {"arena-bytes": size, "naive-bytes": figures["naive_bytes"],
+            "lower-bound-bytes": figures["lower_bound_bytes"], "in-place": joined}
 
 
 class _Order:

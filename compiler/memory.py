@@ -24,6 +24,16 @@ from compiler.diagnostics import GCError
 from compiler.ir import Func, Module, Op, Value
 
 
+def is_planned(f: Func) -> bool:
+    """`f` is in the planned form (mem/exec ops): past scheduling, memory planning and graph rewrites."""
+    return any(op.name.startswith(("mem.", "exec.")) for op in f.ops)
+
+
+def view_spans(f: Func) -> dict[Value, tuple[int, int]]:
+    """The bytes [lo, hi) of the arena each `mem.view` of a planned function covers."""
+    return {op.result: (op.offset, op.offset + op.result.type.nbytes) for op in f.ops if op.name == "mem.view"}
+
+
 def steps_of(f: Func) -> list[Op]:
     """The ops of `f` that run as kernels (everything but constants and memory declarations)."""
     return [op for op in f.ops if op.name != "graph.constant" and not op.name.startswith("mem.")
@@ -281,7 +291,7 @@ def plan_stats(f: Func, unit: int = 1) -> dict[str, int]:
     `unit` (the alignment every buffer needs)."""
     steps = [op for op in f.ops if op.name in ("exec.launch", "exec.copy")]
     arena = next((op.size for op in f.ops if op.name == "mem.arena"), 0)
-    where = {op.result: (op.offset, op.offset + op.result.type.nbytes) for op in f.ops if op.name == "mem.view"}
+    where = view_spans(f)
     last: dict[Value, int] = {}
     for i, op in enumerate(steps):
         for v in op.operands[: len(op.operands) - len(op.results)]:

@@ -67,8 +67,7 @@ def module_stats(module: Module, entry: str = "main", data_args: Sequence[str] |
 def memory_plan(module: Module, f: Func) -> dict[str, int]:
     """The memory plan's figures (what `gc compile --stats` reports for the CPU): of `f` as planned if it is
     already, else of a copy run through `schedule,plan-memory`; plus the file order's lower bound."""
-    from compiler.memory import peak_bytes, plan_stats
-    from compiler.passes.plan_memory import is_planned
+    from compiler.memory import is_planned, peak_bytes, plan_stats
     from compiler.pipeline import run_pipeline
 
     if is_planned(f):

@@ -12,9 +12,8 @@ from compiler.codegen.runtime import CompiledModel
 from compiler.codegen.target import make_target
 from compiler.diagnostics import GCError
 from compiler.ir import Module, Value
-from compiler.memory import peak_bytes, plan_stats
+from compiler.memory import is_planned, peak_bytes, plan_stats
 from compiler.parser import parse, parse_file
-from compiler.passes.plan_memory import is_planned
 from dialects.exec import Copy, Launch, Signal, Wait
 from dialects.mem import Alloc, Arena, View
 

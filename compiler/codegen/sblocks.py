@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from tvm import s_tir
 
 SPATIAL = 0  # IterVar.iter_type of a data-parallel block iterator
@@ -51,23 +53,27 @@ def _costly_reread(sch: s_tir.Schedule, b, limit: int) -> bool:
     return any(_reads(sch.get(c).body, buf) > 1 for c in sch.get_consumers(b))
 
 
-def _count(e, cap: int, buf=None) -> int:
-    """The nodes of expression `e` (or, given `buf`, its loads of `buf`), looking at no more than `cap`."""
-    from tvm.ir.expr import TensorLoad
-
-    n, seen, stack = 0, 0, [e]
-    while stack and seen < cap:
+def sub_expressions(e):
+    """`e` and its sub-expressions, depth first: operands of arithmetic, calls, selects and loads (with
+    their indices)."""
+    stack = [e]
+    while stack:
         x = stack.pop()
-        seen += 1
-        if buf is None or (isinstance(x, TensorLoad) and x.source.same_as(buf)):
-            n += 1
+        yield x
         for name in ("a", "b", "value", "condition", "true_value", "false_value"):
             v = getattr(x, name, None)
             if v is not None and not isinstance(v, (int, float, str)):
                 stack.append(v)
         stack.extend(getattr(x, "args", None) or [])
         stack.extend(getattr(x, "indices", None) or [])
-    return n
+
+
+def _count(e, cap: int, buf=None) -> int:
+    """The nodes of expression `e` (or, given `buf`, its loads of `buf`), looking at no more than `cap`."""
+    from tvm.ir.expr import TensorLoad
+
+    nodes = itertools.islice(sub_expressions(e), cap)
+    return sum(1 for x in nodes if buf is None or (isinstance(x, TensorLoad) and x.source.same_as(buf)))
 
 
 def _reads(stmt, buf) -> int:

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from compiler.ir import DType, Value
+from dialects.graph.nn import pool_out
 
 if TYPE_CHECKING:
     from compiler.importers.onnx import Node
@@ -419,15 +420,6 @@ def conv_transpose(n: Node) -> list:
     return [n.b.squeeze(y, axes=(2,)) if k == 1 else y]
 
 
-def _pool_out(size: int, kernel: int, stride: int, begin: int, end: int, ceil_mode: bool) -> int:
-    """Output length along one axis, PyTorch's rule (as graph.max_pool2d's)."""
-    span = size + begin + end - kernel
-    out = (-(-span // stride) if ceil_mode else span // stride) + 1
-    if ceil_mode and (out - 1) * stride >= size + begin:
-        out -= 1
-    return out
-
-
 @converts("MaxPool", attrs="auto_pad ceil_mode dilations kernel_shape pads storage_order strides")
 @converts("AveragePool", attrs="auto_pad ceil_mode count_include_pad dilations kernel_shape pads strides")
 def pool(n: Node) -> list:
@@ -463,7 +455,7 @@ def _pool3d(n: Node, x: Value, fn: Callable, kernel, strides, pads, attrs: dict)
     product of its axes' counts)."""
     nb, c, d, h, wd = x.type.shape
     kd, sd, (d0, d1) = kernel[0], strides[0], (pads[0], pads[3])
-    depth = _pool_out(d, kd, sd, d0, d1, attrs["ceil_mode"])
+    depth = pool_out(d, kd, sd, d0, d1, attrs["ceil_mode"])
     end = max(d1, (depth - 1) * sd + kd - (d + d0))  # a ceil-mode window may run past the end padding
     is_max = n.op_type == "MaxPool"
     if d0 or end:
@@ -501,7 +493,7 @@ def _pool_by_axes(n: Node, x: Value, kernel, strides, dil, pads, attrs: dict) ->
     for i, (kk, s, d) in enumerate(zip(kernel, strides, dil)):
         a, size, (lo, hi) = i + 2, x.type.shape[i + 2], (pads[i], pads[k + i])
         span = (kk - 1) * d + 1
-        out = _pool_out(size, span, s, lo, hi, attrs["ceil_mode"])
+        out = pool_out(size, span, s, lo, hi, attrs["ceil_mode"])
         end = max(hi, (out - 1) * s + span - (size + lo))  # a ceil-mode window may run past the end padding
         if lo or end:
             widths = [0] * 2 * r

@@ -21,10 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from compiler.diagnostics import GCError
-from compiler.ir import Func, Module, Op, Value
-from compiler.memory import check_plan
+from compiler.ir import Func, Module, Op
+from compiler.memory import check_plan, is_planned, view_spans
 from compiler.passes import Pass
-from compiler.passes.plan_memory import is_planned
 from dialects.exec import Signal, Wait
 
 
@@ -56,10 +55,7 @@ def _dependences(f: Func, steps: list[Op]) -> list[list[int]]:
     """For each step, the earlier steps it must follow: producers of what it reads, and every earlier
     reader and writer of other tensors in the bytes it writes."""
     index = {op: i for i, op in enumerate(steps)}
-    where: dict[Value, tuple[int, int]] = {}
-    for op in f.ops:
-        if op.name == "mem.view":
-            where[op.result] = (op.offset, op.offset + op.result.type.nbytes)
+    where = view_spans(f)
     touch: list[tuple[int, int, int]] = []  # (lo, hi, step) of every access so far
     deps: list[list[int]] = []
     for i, op in enumerate(steps):

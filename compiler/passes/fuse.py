@@ -196,7 +196,7 @@ def _kernel(body: list[Op], output: Op, taken: set[str]) -> tuple[Func, Op]:
         op.operands = [args.get(v, v) for v in op.operands]
     compute = [op for op in body if op.kind != "constant"]
     loc = Location.merge([op.loc for op in compute])
-    kernel = Func(_unique(_kernel_name(compute), taken), list(args.values()), [output.result.type], loc)
+    kernel = Func(unique_name(_kernel_name(compute), taken), list(args.values()), [output.result.type], loc)
     kernel.attrs = {"kernel": True}
     kernel.ops = body
     kernel.results = [output.result]
@@ -211,7 +211,8 @@ def _kernel_name(ops: list[Op]) -> str:
     return "fused_" + "_".join(names[:NAME_OPS]) + ("_etc" if len(names) > NAME_OPS else "")
 
 
-def _unique(name: str, taken: set[str]) -> str:
+def unique_name(name: str, taken: set[str]) -> str:
+    """`name`, or `name_1`, `name_2`, ...: the first not in `taken`, which it joins."""
     out, n = name, 0
     while out in taken:
         n += 1

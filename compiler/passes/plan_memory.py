@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 
 from compiler.diagnostics import GCError
 from compiler.ir import Func, Module, Op, SymbolRef, Value
-from compiler.memory import Block, check_plan, lifetimes, place, plan_stats
+from compiler.memory import Block, check_plan, is_planned, lifetimes, place, plan_stats
 from compiler.passes import Pass
+from compiler.passes.fuse import unique_name
 from dialects.exec import Copy, Launch
 from dialects.graph.creation import Call
 from dialects.mem import Alloc, Arena, View
@@ -73,10 +74,6 @@ class PlanMemory(Pass):
                 check_plan(module, f)
 
 
-def is_planned(f: Func) -> bool:
-    return any(op.name.startswith(("mem.", "exec.")) for op in f.ops)
-
-
 def _inline_calls(module: Module, f: Func) -> None:
     """Replace calls of ordinary (non-kernel) functions by copies of their bodies, innermost first."""
     while True:
@@ -101,7 +98,7 @@ def _outline(module: Module, f: Func, taken: set[str]) -> list[Func]:
         if op.name == "graph.constant" or isinstance(op, Call):
             continue
         args = [Value(v.type, v.name) for v in op.operands]
-        name = _unique(op.name.split(".", 1)[-1], taken)
+        name = unique_name(op.name.split(".", 1)[-1], taken)
         k = Func(name, args, [r.type for r in op.results], op.loc)
         k.attrs = {"kernel": True}
         moved = type(op)(args, dict(op.attrs), [r.type for r in op.results], op.loc)
@@ -117,15 +114,6 @@ def _outline(module: Module, f: Func, taken: set[str]) -> list[Func]:
             f.replace_all_uses(r, c)
         module.add(k)
         out.append(k)
-    return out
-
-
-def _unique(name: str, taken: set[str]) -> str:
-    out, n = name, 0
-    while out in taken:
-        n += 1
-        out = f"{name}_{n}"
-    taken.add(out)
     return out
 
 

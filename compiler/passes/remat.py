@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 
 from compiler.diagnostics import GCError
 from compiler.ir import Func, Module, Op, Value
-from compiler.memory import Block, lower_bound, plan_stats
+from compiler.memory import Block, is_planned, lower_bound, plan_stats
 from compiler.passes import InputError, Pass
 from compiler.passes.plan_memory import PlanMemory
 from compiler.passes.schedule import Schedule
@@ -106,7 +106,7 @@ class Remat(Pass):
 
 def _skip(f: Func) -> bool:
     """Kernels and planned functions are past remat's stage."""
-    return bool(f.attrs.get("kernel")) or any(op.name.startswith(("mem.", "exec.")) for op in f.ops)
+    return bool(f.attrs.get("kernel")) or is_planned(f)
 
 
 @dataclass(frozen=True)

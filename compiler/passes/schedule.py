@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from compiler.diagnostics import GCError
 from compiler.ir import Func, Module, Op, Value
-from compiler.memory import peak_bytes
+from compiler.memory import is_planned, peak_bytes
 from compiler.passes import Pass
 
 POLICIES = ("auto", "greedy", "exact", "file")
@@ -43,7 +43,7 @@ class Schedule(Pass):
 
     def run(self, module: Module) -> None:
         for f in module:
-            if f.attrs.get("kernel") or any(op.name.startswith(("mem.", "exec.")) for op in f.ops):
+            if f.attrs.get("kernel") or is_planned(f):
                 continue
             before = peak_bytes(f, align=self.align)
             order = choose_order(f, self.policy, self.exact_limit, self.align)

@@ -46,7 +46,7 @@ def _require_nchw(op: Op, x: TensorType, what: str = "x") -> None:
         raise op.error(f"{what} must be a 4-D NCHW tensor, got {x}")
 
 
-def _pool_out(size: int, kernel: int, stride: int, begin: int, end: int, ceil_mode: bool) -> int:
+def pool_out(size: int, kernel: int, stride: int, begin: int, end: int, ceil_mode: bool) -> int:
     """Output length along one axis, PyTorch's rule: the last window starts inside input or left padding."""
     span = size + begin + end - kernel
     out = (-(-span // stride) if ceil_mode else span // stride) + 1
@@ -319,8 +319,8 @@ class Pool2d(Op):
         n, c, h, w = x.shape
         if h + pt + pb < kh or w + pl + pr < kw:
             raise self.error(f"the {kh}x{kw} kernel is larger than the padded {h + pt + pb}x{w + pl + pr} input")
-        ho = _pool_out(h, kh, sh, pt, pb, self.ceil_mode)
-        wo = _pool_out(w, kw, sw, pl, pr, self.ceil_mode)
+        ho = pool_out(h, kh, sh, pt, pb, self.ceil_mode)
+        wo = pool_out(w, kw, sw, pl, pr, self.ceil_mode)
         return x.with_shape((n, c, ho, wo))
 
     def check_dtype(self, x: TensorType) -> None:

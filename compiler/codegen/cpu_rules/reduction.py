@@ -26,6 +26,7 @@ from compiler.codegen.cpu_rules.common import (
     lanes,
     try_vectorize,
 )
+from compiler.codegen.sblocks import sub_expressions
 from compiler.codegen.target import num_cores
 
 COSTLY = 24  # expression nodes from which a stage read twice is stored rather than recomputed
@@ -153,18 +154,7 @@ def _trailing(sch: s_tir.Schedule, b) -> bool:
 
 
 def _nodes(e) -> list:
-    """The sub-expressions of `e`: operands of arithmetic, calls, selects and loads (with indices)."""
-    out, stack = [], [e]
-    while stack:
-        x = stack.pop()
-        out.append(x)
-        for name in ("a", "b", "value", "condition", "true_value", "false_value"):
-            v = getattr(x, name, None)
-            if v is not None and not isinstance(v, (int, float, str)):
-                stack.append(v)
-        stack.extend(getattr(x, "args", None) or [])
-        stack.extend(getattr(x, "indices", None) or [])
-    return out
+    return list(sub_expressions(e))
 
 
 def _loads(e) -> list:

@@ -76,6 +76,10 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--outputs", metavar="OUT.npz", help="write the outputs here, keyed result0, result1, ...")
     r.add_argument("--entry", default="main", metavar="NAME", help="the function to run (default: main)")
     r.add_argument("--quiet", action="store_true", help="do not print the output summary")
+    r.add_argument("--profile", metavar="N", type=int, nargs="?", const=100,
+                   help="then time every kernel of the compiled model, N runs each (default 100), and print "
+                   "a table: microseconds, share, GFLOP/s, GB/s, source line (a .gir file compiles for llvm "
+                   "unless --target says cuda)")
     r.set_defaults(func=cmd_run)
 
     o = sub.add_parser("opt", help="parse, verify, transform and print a .gir module",
@@ -453,14 +457,19 @@ def cmd_run(args) -> int:
     elif not args.inputs and f.args:
         raise GCError(f"@{f.name} needs inputs: give --inputs IN.npz or --random-inputs SEED")
     inputs = bind_inputs(f, given)
-    if args.target in (None, "interp"):
+    if args.profile is not None and args.target == "interp":
+        raise UsageError("--profile times compiled kernels: use --target llvm or cuda")
+    target = args.target or ("llvm" if args.profile is not None else "interp")
+    if target == "interp":
         outs = run_func(module, f, inputs)
     else:
         import compiler
 
-        model = compiler.compile(module, args.target, entry=args.entry)
+        model = compiler.compile(module, target, entry=args.entry)
         outs = model(*inputs)
     _report(args, outs, [str(t) for t in f.result_types])
+    if args.profile is not None:
+        print(model.profile(*inputs, repeat=args.profile).render())
     return 0
 
 
@@ -486,6 +495,8 @@ def _run_artifact(args) -> int:
         raise GCError("the model needs inputs: give --inputs IN.npz or --random-inputs SEED")
     outs = model(**given)
     _report(args, outs, model.plan["result_types"])
+    if args.profile is not None:
+        print(model.profile(**given, repeat=args.profile).render())
     return 0
 
 

@@ -136,12 +136,15 @@ class _Walk:
         self.func(callee, in_kernel or is_kernel)
 
     def _flops(self, op: Op) -> int:
-        flops = getattr(op, "flops", None)
-        if flops is not None:
-            return int(flops())
-        # An op that does not state its cost is taken to do one operation per element it produces.
-        self.estimated.add(op.name)
-        return sum(r.type.size for r in op.results)
+        if getattr(op, "flops", None) is None:
+            self.estimated.add(op.name)
+        return op_flops(op)
+
+
+def op_flops(op: Op) -> int:
+    """The op's own count; one operation per element it produces for an op that does not state its cost."""
+    flops = getattr(op, "flops", None)
+    return int(flops()) if flops is not None else sum(r.type.size for r in op.results)
 
 
 # --- text ---------------------------------------------------------------------------------------

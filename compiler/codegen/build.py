@@ -14,6 +14,7 @@ from compiler.diagnostics import GCError
 from compiler.ir import Module, Value
 from compiler.memory import is_planned, peak_bytes, plan_stats
 from compiler.parser import parse, parse_file
+from compiler.stats import op_flops
 from dialects.exec import Copy, Launch, Signal, Wait
 from dialects.mem import Alloc, Arena, View
 
@@ -120,6 +121,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
             from compiler.codegen import schedule_cuda
 
             prim = schedule_cuda.schedule(prim, k.kind, tgt).with_attr("global_symbol", k.name)
+        k.schedule = str(prim.attrs["gc.schedule"]) if prim.attrs and "gc.schedule" in prim.attrs else "none"  # type: ignore[attr-defined]
         funcs[k.name] = prim
     scheduled = tvm.IRModule(funcs)
     lib = tvm.compile(scheduled, target=tgt) if funcs else None
@@ -183,7 +185,8 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
             tags = getattr(k, "prepack", {})
             inner = [const(c, tags.get(i)) for i, c in enumerate(getattr(k, "const_ops", []))]
             steps.append({"kernel": k.name, "stream": op.stream,
-                          "buffers": [slot[v] for v in op.inputs] + inner + [slot[v] for v in op.destinations]})
+                          "buffers": [slot[v] for v in op.inputs] + inner + [slot[v] for v in op.destinations],
+                          **_describe(k)})
         elif isinstance(op, Copy):
             slot[op.result] = slot[op.dest]
             steps.append({"copy": [slot[op.source], slot[op.dest]], "stream": op.stream})
@@ -201,6 +204,20 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
         "result_types": [str(v.type) for v in f.results],
     }
     return plan, consts
+
+
+def _describe(k: Kernel) -> dict:
+    """What a profile shows of a kernel: its ops, the schedule rule that won, its cost and where it came from."""
+    ops = [op for op in k.ops if op.name != "graph.constant"]
+    loc = next((op.loc for op in ops if op.loc is not None), None)
+    return {
+        "ops": [op.name.split(".", 1)[-1] for op in ops],
+        "schedule": getattr(k, "schedule", "none"),
+        "flops": sum(op_flops(op) for op in ops),
+        "bytes": sum(v.type.nbytes for v in (*k.inputs, *k.outputs))
+        + sum(c.result.type.nbytes for c in getattr(k, "const_ops", [])),
+        "loc": f"{Path(loc.file).name}:{loc.line}" if loc is not None else "",
+    }
 
 
 def _attr(prim, key: str) -> bool:

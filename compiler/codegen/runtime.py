@@ -118,19 +118,8 @@ class CompiledModel:
     def _run(self, outputs: list[np.ndarray] | None, args, kwargs) -> list[np.ndarray]:
         if self.unavailable:
             raise GCError(self.unavailable)
-        inputs = self._bind(args, kwargs)
-        bufs = list(self._bufs)
+        bufs = self._buffers_for(args, kwargs)
         direct = self._bind_outputs(outputs, bufs) if outputs is not None else []
-        check_alignment = not self._unaligned_ok
-        for slot, x, staging, stage in zip(self._arg_slots, inputs, self._staging, self._always_stage):
-            if slot < 0:
-                continue
-            # Read-only arrays (np.load with mmap, onnx.numpy_helper) have no DLPack export: staged too.
-            if stage or not x.flags.writeable or (check_alignment and x.__array_interface__["data"][0] % ALIGN):
-                staging.copyfrom(x)
-                bufs[slot] = staging
-            else:
-                bufs[slot] = x
         for fn, idx in self._calls:
             fn(*[bufs[i] for i in idx])
         if self._streams is not None:
@@ -142,6 +131,33 @@ class CompiledModel:
             return list(outputs)
         # Results come back through NumPy views of the (allocated once) TVM buffers: one copy, no round trip.
         return [view.copy() if view is not None else _to_numpy(bufs[r]) for r, view in zip(self._results, self._result_views)]
+
+    def _buffers_for(self, args, kwargs) -> list:
+        """Every buffer slot of the plan, the arguments bound to these inputs (zero-copy where possible)."""
+        inputs = self._bind(args, kwargs)
+        bufs = list(self._bufs)
+        check_alignment = not self._unaligned_ok
+        for slot, x, staging, stage in zip(self._arg_slots, inputs, self._staging, self._always_stage):
+            if slot < 0:
+                continue
+            # Read-only arrays (np.load with mmap, onnx.numpy_helper) have no DLPack export: staged too.
+            if stage or not x.flags.writeable or (check_alignment and x.__array_interface__["data"][0] % ALIGN):
+                staging.copyfrom(x)
+                bufs[slot] = staging
+            else:
+                bufs[slot] = x
+        return bufs
+
+    def _plain_calls(self) -> list:
+        """The plan's kernels and copies as (function, buffer slots), off the streams (for profiling)."""
+        return [(self.lib[c["kernel"]] if "kernel" in c else _copy, c["buffers"] if "kernel" in c else c["copy"])
+                for c in self.plan["calls"] if "kernel" in c or "copy" in c]
+
+    def profile(self, *args, repeat: int = 100, warmup: int = 10, **kwargs):
+        """Time every kernel of a call on these inputs (see compiler.codegen.profile); `print(p.render())`."""
+        from compiler.codegen.profile import profile
+
+        return profile(self, args, kwargs, repeat=repeat, warmup=warmup)
 
     def _bind_outputs(self, outputs: list[np.ndarray], bufs: list) -> list[bool]:
         """Check the caller's result arrays; those the kernels can write into directly replace the result

@@ -1,0 +1,125 @@
+"""Per-kernel time of a compiled model: where a call's time goes, kernel by kernel.
+
+Like TVM's debug executor: the plan's steps run one at a time on the model's own buffers, each timed on
+its own (`repeat` runs, the median kept; on a GPU the device is synchronised after every step, so
+streams run one after the other), next to the whole call timed as users call it. The difference is the
+per-call overhead: binding the inputs, staging copies, returning the results. GFLOP/s and GB/s come
+from each kernel's op costs (`gc stats` counts them the same way) and the bytes of its operands and
+results, so a kernel far from the machine's peak stands out.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+
+
+@dataclass
+class KernelTime:
+    index: int
+    name: str  # the kernel's symbol, or "copy"
+    ops: list[str]
+    schedule: str
+    loc: str
+    flops: int
+    bytes: int
+    us: float  # median microseconds per run
+
+    @property
+    def gflops(self) -> float:
+        return self.flops / self.us / 1e3 if self.us > 0 else 0.0
+
+    @property
+    def gbytes(self) -> float:
+        return self.bytes / self.us / 1e3 if self.us > 0 else 0.0
+
+
+@dataclass
+class Profile:
+    rows: list[KernelTime]
+    call_us: float  # median of whole calls
+    repeat: int
+    target: str
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def kernels_us(self) -> float:
+        return sum(r.us for r in self.rows)
+
+    def top(self, n: int) -> list[KernelTime]:
+        return sorted(self.rows, key=lambda r: -r.us)[:n]
+
+    def render(self, sort: bool = False) -> str:
+        rows = self.top(len(self.rows)) if sort else self.rows
+        total = self.kernels_us or 1.0
+        head = ["#", "kernel", "ops", "schedule", "us", "%", "GFLOP/s", "GB/s", "from"]
+        body = [[str(r.index), r.name, ",".join(r.ops) or "-", r.schedule or "-", f"{r.us:.1f}",
+                 f"{100 * r.us / total:.1f}", f"{r.gflops:.1f}" if r.flops else "-", f"{r.gbytes:.1f}" if r.bytes else "-",
+                 r.loc or "-"] for r in rows]
+        widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
+        right = {0, 4, 5, 6, 7}
+
+        def line(cells: list[str]) -> str:
+            return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+
+        out = [f"profile: {len(self.rows)} steps on {self.target}, median of {self.repeat} runs each (microseconds)",
+               line(head), line(["-" * w for w in widths])]
+        out += [line(b) for b in body]
+        overhead = self.call_us - self.kernels_us
+        out.append(f"kernels {self.kernels_us:.1f} us; whole call {self.call_us:.1f} us "
+                   f"(binding, staging and results: {overhead:+.1f} us)")
+        out += self.notes
+        return "\n".join(out)
+
+
+def profile(model, args, kwargs, repeat: int = 100, warmup: int = 10) -> Profile:
+    """Time each step of `model`'s plan, then whole calls; `args`/`kwargs` as the model takes them."""
+    from compiler.diagnostics import GCError
+
+    if repeat < 1:
+        raise GCError(f"profile: repeat must be at least 1, got {repeat}")
+    if model.unavailable:
+        raise GCError(model.unavailable)
+    bufs = model._buffers_for(args, kwargs)
+    sync = model.device.sync if model.target["kind"] == "cuda" else (lambda: None)
+    steps = [c for c in model.plan["calls"] if "kernel" in c or "copy" in c]
+    rows = []
+    for i, (c, (fn, idx)) in enumerate(zip(steps, model._plain_calls())):
+        operands = [bufs[j] for j in idx]
+        for _ in range(warmup):
+            fn(*operands)
+        sync()
+        times = []
+        for _ in range(repeat):
+            t = time.perf_counter()
+            fn(*operands)
+            sync()
+            times.append(time.perf_counter() - t)
+        us = statistics.median(times) * 1e6
+        if "kernel" in c:
+            rows.append(KernelTime(i, c["kernel"], list(c.get("ops", [])), c.get("schedule", ""), c.get("loc", ""),
+                                   int(c.get("flops", 0)), int(c.get("bytes", 0)), us))
+        else:
+            nbytes = _nbytes(model.plan["buffers"][c["copy"][0]])
+            rows.append(KernelTime(i, "copy", [], "", "", 0, 2 * nbytes, us))
+    for _ in range(warmup):
+        model(*args, **kwargs)
+    calls = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        model(*args, **kwargs)
+        calls.append(time.perf_counter() - t)
+    notes = []
+    if model._streams is not None:
+        notes.append("note: steps were timed one at a time; in a call the plan's streams overlap them")
+    return Profile(rows, statistics.median(calls) * 1e6, repeat, model.target["kind"], notes)
+
+
+def _nbytes(buf: dict) -> int:
+    from compiler.ir import DType
+
+    n = 1
+    for d in buf["shape"]:
+        n *= d
+    return n * DType(buf["dtype"]).itemsize

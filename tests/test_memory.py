@@ -19,7 +19,7 @@ from compiler.diagnostics import GCError
 from compiler.inputs import random_inputs
 from compiler.interpreter import run
 from compiler.ir import Module
-from compiler.memory import Block, check_plan, lower_bound, peak_bytes, place, plan_stats
+from compiler.memory import SKEW, Block, check_plan, lower_bound, peak_bytes, place, plan_stats
 from compiler.parser import parse, parse_file
 from compiler.passes.schedule import choose_order
 from compiler.pipeline import run_pipeline
@@ -75,7 +75,10 @@ def test_planned_example_runs_in_one_arena_and_matches_the_interpreter(path: Pat
     stats = plan_stats(p["main"])
     assert stats["lower_bound_bytes"] <= file_order
     assert stats["arena_bytes"] <= 1.05 * stats["lower_bound_bytes"]
-    assert stats["arena_bytes"] <= stats["naive_bytes"]
+    # Best fit never needs more than a buffer each, but for the few bytes that keep a kernel's operands
+    # apart modulo 4 KiB (4K aliasing, compiler.memory.SKEW).
+    views = sum(1 for op in p["main"].ops if op.name == "mem.view")
+    assert stats["arena_bytes"] <= stats["naive_bytes"] + SKEW * views
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
@@ -246,7 +249,8 @@ def test_elementwise_kernel_writes_over_its_dying_input() -> None:
     assert plan_stats(p["main"])["arena_bytes"] == 64 * 64 * 4
     np.testing.assert_array_equal(run(p, inputs)[0], run(parse(src, "x.gir"), inputs)[0])
     off = planned(parse(src, "x.gir"), "plan-memory{in-place=false}")
-    assert plan_stats(off["main"])["arena_bytes"] == 2 * 64 * 64 * 4
+    # Two 16 KiB buffers, the second SKEW bytes further on: the kernel reads one while it writes the other.
+    assert plan_stats(off["main"])["arena_bytes"] == 2 * 64 * 64 * 4 + SKEW
 
 
 def test_no_in_place_over_an_input_read_later() -> None:

@@ -242,7 +242,7 @@ def test_schedule_before_remat_gives_the_same_peak_for_a_gradient() -> None:
     b = a.clone()
     run_pipeline(a, "remat{policy=sqrt},schedule,plan-memory")
     run_pipeline(b, "schedule,remat{policy=sqrt},plan-memory")
-    assert plan_stats(a["main_grad"])["arena_bytes"] == plan_stats(b["main_grad"])["arena_bytes"] == 821_760
+    assert plan_stats(a["main_grad"])["arena_bytes"] == plan_stats(b["main_grad"])["arena_bytes"] == 822_272
 
 
 # --- the plan's bookkeeping is what the planner measures ---------------------------------------------

@@ -136,7 +136,15 @@ def _plan(module: Module, f: Func, align: int, in_place: bool, concurrent: bool)
         else:
             block_of[lt.value] = Block(lt.size, lt.start, lt.end, members=[lt.value])
     blocks = list(dict.fromkeys(block_of.values()))
-    size = place(blocks, align, conflict=order.conflict if order else None)
+    apart: dict[Block, set[Block]] = {}
+    for step in steps:  # what one kernel writes, against all it touches (4K aliasing: compiler.memory.PAGE)
+        outs = {block_of[v] for v in step.results if v in block_of}
+        touched = outs | {block_of[v] for v in step.operands if v in block_of}
+        for o in outs:
+            for t in touched - {o}:
+                apart.setdefault(o, set()).add(t)
+                apart.setdefault(t, set()).add(o)
+    size = place(blocks, align, conflict=order.conflict if order else None, apart=apart)
     _rewrite(f, steps, block_of, size, align)
     figures = plan_stats(f)
     return {"arena-bytes": size, "naive-bytes": figures["naive_bytes"],

@@ -14,6 +14,9 @@ Four measurements (docs/benchmarks.md explains each number):
 
 Each framework runs in its own process (this script with --worker), one after the other, because the
 thread pools of TVM, torch, ORT and OpenBLAS spin and fight over the cores when they share a process.
+A shared machine drifts by tens of percent within minutes (the same conv kernel: 120 us, then 160 us),
+so every benchmark runs in --rounds rounds, each framework once per round in a rotating order, right
+after one another; a number is the median over the rounds of each round's median.
 The torch and ONNX models are translated from the same GIR module, so all see the same graph, weights
 and inputs; a framework that is not installed shows "n/a".
 """
@@ -639,10 +642,10 @@ def versions(worker: str) -> dict[str, str]:
     return {"numpy": np.__version__}
 
 
-def worker_main(worker: str, tmp: Path) -> None:
-    """Run this worker's part of every benchmark, saving results after each so a crash loses only one."""
+def worker_main(worker: str, tmp: Path, bench: str, round_: int) -> None:
+    """Run this worker's part of one benchmark, and save the result."""
     job = json.loads((tmp / "job.json").read_text())
-    result_path = tmp / f"result-{worker}.json"
+    result_path = tmp / f"result-{worker}-{bench}-{round_}.json"
     result: dict = {"versions": {}, "benches": {}}
     try:
         if worker == "torch":
@@ -660,8 +663,7 @@ def worker_main(worker: str, tmp: Path) -> None:
         "ort": lambda b: run_ort(b, job["quick"], job["threads"]),
         "numpy": lambda b: run_numpy(b, job["quick"]),
     }[worker]
-    for b in (b for b in job["benches"] if b["kind"] in WORKERS[worker] and "setup_error" not in b):
-        print(f"  {worker}: {b['name']}", file=sys.stderr, flush=True)
+    for b in (b for b in job["benches"] if b["name"] == bench):
         try:
             result["benches"][b["name"]] = run(b)
         except Unsupported as e:
@@ -676,21 +678,47 @@ def worker_main(worker: str, tmp: Path) -> None:
 
 
 def run_workers(job: dict, tmp: Path) -> dict[str, dict]:
-    """Each worker in its own process with the thread counts pinned, one after the other."""
-    kinds = {b["kind"] for b in job["benches"]}
-    wanted = [w for w, takes in WORKERS.items() if takes & kinds]
+    """Per benchmark and round, each framework in a process of its own with the thread counts pinned, one
+    after the other (the order rotating from round to round); the rounds' results merged per framework."""
     n = str(job["threads"])
     env = {**os.environ, "TVM_NUM_THREADS": n, "OMP_NUM_THREADS": n, "OPENBLAS_NUM_THREADS": n,
            "MKL_NUM_THREADS": n}
-    results = {}
-    for w in wanted:
-        print(f"running the {w} worker", file=sys.stderr, flush=True)
-        proc = subprocess.run([sys.executable, __file__, "--worker", w, "--dir", str(tmp)], env=env)
-        path = tmp / f"result-{w}.json"
-        results[w] = json.loads(path.read_text()) if path.exists() else {"benches": {}}
-        if proc.returncode != 0:
-            results[w]["crashed"] = f"the {w} worker exited with status {proc.returncode}"
+    results: dict[str, dict] = {}
+    rounds: dict[tuple[str, str], list] = {}
+    for b in (b for b in job["benches"] if "setup_error" not in b):
+        workers = [w for w, takes in WORKERS.items() if b["kind"] in takes]
+        for r in range(job["rounds"]):
+            for w in workers[r % len(workers):] + workers[: r % len(workers)]:
+                if "unavailable" in results.get(w, {}):
+                    continue
+                print(f"  {w}: {b['name']} (round {r + 1} of {job['rounds']})", file=sys.stderr, flush=True)
+                proc = subprocess.run([sys.executable, __file__, "--worker", w, "--dir", str(tmp), "--bench", b["name"],
+                                       "--round", str(r)], env=env)
+                path = tmp / f"result-{w}-{b['name']}-{r}.json"
+                got = json.loads(path.read_text()) if path.exists() else {"benches": {}}
+                res = results.setdefault(w, {"versions": got.get("versions", {}), "benches": {}})
+                if "unavailable" in got:
+                    res["unavailable"] = got["unavailable"]
+                elif proc.returncode != 0:
+                    res["crashed"] = f"the {w} worker exited with status {proc.returncode}"
+                elif b["name"] in got["benches"]:
+                    rounds.setdefault((w, b["name"]), []).append(got["benches"][b["name"]])
+    for (w, name), entries in rounds.items():
+        results[w]["benches"][name] = merge_rounds(entries)
     return results
+
+
+def merge_rounds(entries: list):
+    """One result from several rounds': each timing the median of the rounds' medians (the best sample and
+    every round's median kept beside it); anything else as the first round had it."""
+    first = entries[0]
+    if not isinstance(first, dict):
+        return first
+    if "seconds" in first:
+        secs = [e["seconds"] for e in entries if isinstance(e, dict) and "seconds" in e]
+        mins = [e.get("min_seconds", e["seconds"]) for e in entries if isinstance(e, dict) and "seconds" in e]
+        return {**first, "seconds": statistics.median(secs), "min_seconds": min(mins), "round_seconds": secs}
+    return {k: merge_rounds([e.get(k, v) if isinstance(e, dict) else v for e in entries]) for k, v in first.items()}
 
 
 def cell(b: dict, variant: str, results: dict) -> dict:
@@ -830,12 +858,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=2, help="threads for every framework (default 2)")
     p.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     p.add_argument("--seed", type=int, default=0, help="seed of the random inputs and weights")
+    p.add_argument("--rounds", type=int, default=None,
+                   help="rounds of every framework in turn, per benchmark (default 3; 1 with --quick)")
     p.add_argument("--worker", choices=list(WORKERS), help=argparse.SUPPRESS)
     p.add_argument("--dir", help=argparse.SUPPRESS)
+    p.add_argument("--bench", help=argparse.SUPPRESS)
+    p.add_argument("--round", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.worker:
-        worker_main(args.worker, Path(args.dir))
+        worker_main(args.worker, Path(args.dir), args.bench, args.round)
         return 0
+    rounds = args.rounds if args.rounds is not None else (1 if args.quick else 3)
+    if rounds < 1:
+        p.error("--rounds must be at least 1")
     wanted = {w.strip() for w in args.only.split(",") if w.strip()}
     selected = [b for b in benches() if b["group"] in wanted or b["name"] in wanted]
     unknown = wanted - {b["group"] for b in benches()} - {b["name"] for b in benches()}
@@ -851,14 +886,14 @@ def main(argv: list[str] | None = None) -> int:
                 make_inputs(b, tmp, args.seed)
             except Exception as e:  # noqa: BLE001 (a broken example must not stop the other benchmarks)
                 b["setup_error"] = "preparing inputs: " + brief(e)
-        job = {"benches": selected, "quick": args.quick, "threads": args.threads}
+        job = {"benches": selected, "quick": args.quick, "threads": args.threads, "rounds": rounds}
         (tmp / "job.json").write_text(json.dumps(job))
         results = run_workers(job, tmp)
     text, records, problems = report(job, results)
     info = machine(args.threads, results)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(f"gc benchmarks, {date}: {info['cpu']}, {info['cores']} cores, {args.threads} threads per framework, "
-          f"load average {load:.1f} before{', quick' if args.quick else ''}\n")
+          f"{rounds} round{'s' if rounds > 1 else ''}, load average {load:.1f} before{', quick' if args.quick else ''}\n")
     print(text, flush=True)
     if load > info["cores"] / 2:
         print(f"warning: load average {load:.1f} on {info['cores']} cores before the run: other processes compete "
@@ -866,7 +901,7 @@ def main(argv: list[str] | None = None) -> int:
     for prob in problems:
         print(f"problem: {prob}", file=sys.stderr)
     if args.json:
-        Path(args.json).write_text(json.dumps({"date": date, "machine": info, "quick": args.quick,
+        Path(args.json).write_text(json.dumps({"date": date, "machine": info, "quick": args.quick, "rounds": rounds,
                                                "load_average": load, "rtol": RTOL, "results": records}, indent=1))
     return 1 if problems else 0
 

@@ -249,6 +249,13 @@ def test_calling_a_cuda_model_without_a_gpu_raises_no_cuda_device() -> None:
 
 
 @needs_no_gpu
+def test_profiling_a_cuda_model_without_a_gpu_raises_no_cuda_device() -> None:
+    model = compiler.compile(ADD, "cuda", arch=ARCH)
+    with pytest.raises(compiler.GCError, match="no CUDA device"):
+        model.profile(np.ones(4, np.float32), np.ones(4, np.float32), repeat=1)
+
+
+@needs_no_gpu
 def test_a_saved_cuda_model_loads_only_beside_a_gpu(tmp_path: Path) -> None:
     compiler.compile(ADD, "cuda", arch=ARCH).save(tmp_path / "add.gcpkg")
     with pytest.raises(compiler.GCError, match="cannot load .*add.gcpkg: no CUDA device"):
@@ -308,3 +315,13 @@ def test_a_saved_cuda_model_runs_after_loading(tmp_path: Path) -> None:
     compiler.compile(ADD, "cuda").save(tmp_path / "add.gcpkg")
     again = compiler.load(tmp_path / "add.gcpkg")
     np.testing.assert_array_equal(again(np.ones(4, np.float32), np.full(4, 2, np.float32))[0], np.full(4, 3))
+
+
+@needs_gpu
+def test_profile_on_the_gpu_times_every_kernel_of_the_streams() -> None:
+    module = parse_file(ROOT / "examples" / "inception.gir")
+    model = build_or_skip(module, arch=None)
+    inputs = random_inputs(module["main"], 0, module)
+    p = model.profile(**inputs, repeat=3, warmup=1)
+    assert [r.name for r in p.rows if r.name != "copy"] == [c["kernel"] for c in model.plan["calls"] if "kernel" in c]
+    assert all(r.us > 0 for r in p.rows) and p.target == "cuda"

@@ -1,0 +1,53 @@
+"""tools/bench.py's bookkeeping (its timings are not tests): rounds merged into one number per cell, and
+the frameworks taking turns first from round to round."""
+
+from __future__ import annotations
+
+import importlib.util
+from types import ModuleType
+
+import pytest
+from conftest import ROOT
+
+
+@pytest.fixture(scope="module")
+def bench() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("bench", ROOT / "tools" / "bench.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_rounds_merge_into_the_median_of_their_medians(bench) -> None:
+    rounds = [{"gc": {"seconds": s, "min_seconds": s - 0.5, "max_err": 1e-7, "kernels": 3}, "gc-params": {"n/a": "x"}}
+              for s in (3.0, 1.0, 2.0)]
+    merged = bench.merge_rounds(rounds)
+    assert merged["gc"]["seconds"] == 2.0 and merged["gc"]["min_seconds"] == 0.5
+    assert merged["gc"]["round_seconds"] == [3.0, 1.0, 2.0] and merged["gc"]["kernels"] == 3
+    assert merged["gc-params"] == {"n/a": "x"}
+
+
+def test_a_round_that_failed_does_not_count(bench) -> None:
+    merged = bench.merge_rounds([{"seconds": 4.0}, {"error": "boom"}, {"seconds": 2.0}])
+    assert merged["seconds"] == 3.0 and merged["round_seconds"] == [4.0, 2.0]
+
+
+def test_each_round_starts_with_another_framework(bench, tmp_path, monkeypatch) -> None:
+    calls = []
+
+    class Done:
+        returncode = 0
+
+    def fake_run(cmd, env):
+        w, name, r = cmd[cmd.index("--worker") + 1], cmd[cmd.index("--bench") + 1], cmd[cmd.index("--round") + 1]
+        calls.append((w, int(r)))
+        (tmp_path / f"result-{w}-{name}-{r}.json").write_text(
+            '{"versions": {}, "benches": {"%s": {"%s": {"seconds": %d}}}}' % (name, w, 1 + int(r)))
+        return Done()
+
+    monkeypatch.setattr(bench.subprocess, "run", fake_run)
+    job = {"benches": [{"name": "n", "kind": "net"}], "threads": 2, "rounds": 3}
+    results = bench.run_workers(job, tmp_path)
+    assert calls == [("gc", 0), ("torch", 0), ("ort", 0), ("torch", 1), ("ort", 1), ("gc", 1),
+                     ("ort", 2), ("gc", 2), ("torch", 2)]
+    assert results["torch"]["benches"]["n"]["torch"]["seconds"] == 2

@@ -6,6 +6,8 @@ compiled for the host and compared with an independent NumPy computation.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -254,6 +256,9 @@ def conv_loops(x, w, stride, pad) -> np.ndarray:
         (1, 5, 7, 7, 24, 5, 1, 2, False, "conv2d"),
         (1, 64, 7, 7, 32, 3, 1, 1, True, "conv2d"),  # rows of 7: a 7-pixel tile of one vector
         (1, 16, 14, 14, 16, 3, 1, 1, False, "conv2d"),  # rows of 14: the same tile twice a row
+        # Over 32 input channels the input is packed NCHW16c: from the pad stage, or copied when none pads.
+        (1, 48, 6, 6, 16, 1, 1, 0, True, "conv2d"),
+        (2, 64, 9, 9, 16, 3, 2, 1, False, "conv2d"),
         (1, 4, 5, 5, 6, 3, 1, 0, False, "rows"),  # 6 output channels: no vector block; dot products
     ],
 )
@@ -267,6 +272,15 @@ def test_conv2d_matches_loops(n, c, h, w, o, k, stride, pad, bias, rule) -> None
         want = np.maximum(want + arrays[2][None, :, None, None], 0)
     assert used == rule
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("c, blocked", [(32, False), (48, True)])
+def test_conv2d_packs_only_inputs_of_many_channels(c: int, blocked: bool) -> None:
+    """Up to 32 input channels the conv reads the (padded) input NCHW in place; beyond, a packed copy."""
+    ins, out = conv_te(1, c, 8, 8, 16, 3, 3, 1, 1, False)
+    prim = schedule_cpu.schedule(te.create_prim_func([*ins, out]), ANCHOR)
+    shapes = re.findall(r'pad = T.sblock_alloc_buffer\(\(([\d, ]+)\)', prim.script())
+    assert shapes == (["1, 3, 10, 10, 16"] if blocked else [f"1, {c}, 10, 10"])
 
 
 def test_conv2d_constant_weights_are_read_prepacked() -> None:

@@ -1,10 +1,9 @@
 """conv2d rule: direct convolution in a channel-blocked layout, NCHW at the kernel's edges (TVM notes §10).
 
-Inside the kernel the padded input is laid out [N, C/cb, H, W, cb] (NCHW, read in place, for inputs of at
-most 32 channels), the weights [O/16, C/cb, KH, KW,
-cb, 16] and the accumulators [N, O/16, OH, OW, 16]; the register tile is 16 output channels (two
-vectors) x 4 output pixels, with the input channels, then the kernel window, then the channels of a
-block as the reduction. The epilogue (bias, residual add, ReLU) runs on the tile where it is written
+Inside the kernel the padded input is laid out [N, C/cb, H, W, cb] (inputs of at most 32 channels stay
+NCHW, read in place), the weights [O/16, C/cb, KH, KW, cb, 16] and the accumulators [N, O/16, OH, OW, 16];
+the register tile is 16 output channels (two vectors) x 4 output pixels, with the input channels, then
+the kernel window, then the channels of a block as the reduction. The epilogue (bias, residual add, ReLU) runs on the tile where it is written
 back to NCHW, four pixels a vector. 3x3 32->32 @32x32: 121 us against ORT's 125 us in the notes.
 Grouped and depthwise convolutions are not this rule's: their channel index is an expression.
 """

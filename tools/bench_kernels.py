@@ -101,7 +101,7 @@ def time_gc(case: dict, seconds: float) -> dict:
     bufs = list(model._bufs)
     for slot, x in zip(model._arg_slots, args):
         bufs[slot] = tvm.runtime.tensor(x)
-    calls = [(fn, [bufs[i] for i in idx]) for fn, idx in model._calls]
+    calls = [(fn, [bufs[i] for i in idx]) for fn, idx in model._plain_calls()]
 
     def kernels():
         for fn, a in calls:

@@ -118,10 +118,27 @@ def place(blocks: list[Block], align: int, *, tries: int = 32, seed: int = 0,
     above the lower bound. `conflict` replaces "alive at the same step" when steps may run concurrently.
     `apart` pairs blocks that one kernel accesses together: of two such blocks of a page or more, the
     later placed moves up (by `align` steps, in its gap if it still fits) until their offsets differ by
-    at least SKEW bytes modulo PAGE, which costs at most a few hundred bytes of arena."""
+    at least SKEW bytes modulo PAGE. That costs a few hundred bytes of arena at most, and is given up
+    where it would make the arena larger than a buffer per block (the plan never costs more memory
+    than no plan)."""
     live = [b for b in blocks if b.size > 0]
     if not live:
         return 0
+    best = _search(live, align, tries, seed, conflict or _overlap, apart or {})
+    if apart and best[0] > sum(_round(b.size, align) for b in live):
+        plain = _search(live, align, tries, seed, conflict or _overlap, {})
+        best = min(best, plain, key=lambda r: r[0])
+    for b, off in zip(live, best[1]):
+        b.offset = off
+    for b in blocks:
+        if b.size == 0:
+            b.offset = 0
+    return best[0]
+
+
+def _search(live: list[Block], align: int, tries: int, seed: int, conflict: Callable[[Block, Block], bool],
+            apart: dict[Block, set[Block]]) -> tuple[int, list[int]]:
+    """The smallest arena best fit finds over the orders `place` describes, and the offsets of `live`."""
     bound = _round_up_bound(live, align)
     orders = [
         sorted(live, key=lambda b: (-b.size, b.start)),
@@ -138,16 +155,11 @@ def place(blocks: list[Block], align: int, *, tries: int = 32, seed: int = 0,
             if best is not None and best[0] <= bound:
                 break
             order = sorted(live, key=lambda b: (-b.size * rng.uniform(0.5, 1.5), b.start))
-        size, offsets = _best_fit(order, align, conflict or _overlap, apart or {})
+        size, offsets = _best_fit(order, align, conflict, apart)
         if best is None or size < best[0]:
             best = (size, [offsets[b] for b in live])
     assert best is not None
-    for b, off in zip(live, best[1]):
-        b.offset = off
-    for b in blocks:
-        if b.size == 0:
-            b.offset = 0
-    return best[0]
+    return best
 
 
 def _round_up_bound(blocks: list[Block], align: int) -> int:

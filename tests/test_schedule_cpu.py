@@ -256,6 +256,9 @@ def conv_loops(x, w, stride, pad) -> np.ndarray:
         (1, 5, 7, 7, 24, 5, 1, 2, False, "conv2d"),
         (1, 64, 7, 7, 32, 3, 1, 1, True, "conv2d"),  # rows of 7: a 7-pixel tile of one vector
         (1, 16, 14, 14, 16, 3, 1, 1, False, "conv2d"),  # rows of 14: the same tile twice a row
+        # 27 products or fewer per output, unit stride along W, rows of 16: the pixel tile.
+        (1, 3, 8, 16, 8, 3, 1, 1, True, "conv2d"),
+        (2, 2, 5, 18, 4, 3, 1, 0, False, "conv2d"),
         # Over 32 input channels the input is packed NCHW16c: from the pad stage, or copied when none pads.
         (1, 48, 6, 6, 16, 1, 1, 0, True, "conv2d"),
         (2, 64, 9, 9, 16, 3, 2, 1, False, "conv2d"),
@@ -281,6 +284,17 @@ def test_conv2d_packs_only_inputs_of_many_channels(c: int, blocked: bool) -> Non
     prim = schedule_cpu.schedule(te.create_prim_func([*ins, out]), ANCHOR)
     shapes = re.findall(r'pad = T.sblock_alloc_buffer\(\(([\d, ]+)\)', prim.script())
     assert shapes == (["1, 3, 10, 10, 16"] if blocked else [f"1, {c}, 10, 10"])
+
+
+@pytest.mark.parametrize("c, k, stride, pixels", [(3, 3, 1, True), (4, 3, 1, False), (3, 3, 2, False), (3, 1, 1, True)])
+def test_conv2d_pixel_tile_for_short_reductions(c: int, k: int, stride: int, pixels: bool) -> None:
+    """A first conv (3 channels x 3x3 = 27 products an output) accumulates NCHW rows of pixels; longer
+    reductions, and strided ones, keep the channel-blocked accumulators."""
+    ins, out = conv_te(1, c, 16, 32 * stride, 16, k, k, stride, k // 2, True)
+    script = schedule_cpu.schedule(te.create_prim_func([*ins, out]), ANCHOR).script()
+    acc = re.search(r"conv2d = T.sblock_alloc_buffer\(\(([\d, ]+)\)", script)
+    assert acc is not None
+    assert (acc.group(1) == "1, 16, 16, 32") == pixels, acc.group(1)
 
 
 def test_conv2d_constant_weights_are_read_prepacked() -> None:

@@ -21,6 +21,9 @@ from compiler.codegen.cpu_rules.common import REDUCE, Context, blocks, extent, l
 # Weights passed per call are repacked per call: in parallel only from this many elements on (waking
 # the thread pool costs more than copying a small conv's weights on one core).
 PARALLEL_PACK = 1 << 16
+# The input's copy (padded or packed) runs on one core below this many elements: waking the thread pool
+# for a second parallel region costs more than the copy.
+PARALLEL_COPY = 1 << 13
 # Inputs of at most this many channels are read in place, NCHW (padded first if the conv pads), not packed
 # into NCHW[cb]c: packing is a gather whose cost is not paid back by the few channels a tile reads
 # (32->32 3x3 at 32x32: 123 -> 111 us; 16 channels at 64x64: 130 -> 120; 64 channels at 56x56 loses 7%).
@@ -217,15 +220,22 @@ def _weight_pack_loops(sch: s_tir.Schedule, b, ob: int, cb: int, parallel: bool)
 
 
 def _pad_loops(sch: s_tir.Schedule, b) -> None:
-    """The zero-padded NCHW copy: rows in parallel, each a contiguous copy."""
-    i_n, i_c, i_h, _ = sch.get_loops(b)
-    sch.parallel(sch.fuse(i_n, i_c, i_h))
+    """The zero-padded NCHW copy: rows in parallel (one core for a small copy), each a contiguous copy."""
+    i_n, i_c, i_h, i_w = sch.get_loops(b)
+    rows = sch.fuse(i_n, i_c, i_h)
+    if (extent(sch, rows) or 0) * (extent(sch, i_w) or 0) >= PARALLEL_COPY:
+        sch.parallel(rows)
 
 
 def _pack_loops(sch: s_tir.Schedule, b, cb: int, vl: int) -> None:
     """The NCHW -> NCHW[cb]c copy: parallel over (n, channel block, row), channels of a block innermost."""
     i_n, i_c, i_h, i_w = sch.get_loops(b)
+    size = 1
+    for loop in (i_n, i_c, i_h, i_w):
+        size *= extent(sch, loop) or 1 << 30
     co, cc = sch.split(i_c, [None, cb])
     sch.reorder(i_n, co, i_h, i_w, cc)
-    sch.parallel(sch.fuse(i_n, co, i_h))
+    rows = sch.fuse(i_n, co, i_h)
+    if size >= PARALLEL_COPY:
+        sch.parallel(rows)
     try_vectorize(sch, cc, vl)

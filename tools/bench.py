@@ -893,7 +893,8 @@ def main(argv: list[str] | None = None) -> int:
     info = machine(args.threads, results)
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(f"gc benchmarks, {date}: {info['cpu']}, {info['cores']} cores, {args.threads} threads per framework, "
-          f"{rounds} round{'s' if rounds > 1 else ''}, load average {load:.1f} before{', quick' if args.quick else ''}\n")
+          f"{rounds} round{'s' if rounds > 1 else ''}, load average {load:.1f} before"
+          f"{', quick' if args.quick else ''}\n")
     print(text, flush=True)
     if load > info["cores"] / 2:
         print(f"warning: load average {load:.1f} on {info['cores']} cores before the run: other processes compete "

@@ -55,13 +55,14 @@ class Profile:
         total = self.kernels_us or 1.0
         head = ["#", "kernel", "ops", "schedule", "us", "%", "GFLOP/s", "GB/s", "from"]
         body = [[str(r.index), r.name, ",".join(r.ops) or "-", r.schedule or "-", f"{r.us:.1f}",
-                 f"{100 * r.us / total:.1f}", f"{r.gflops:.1f}" if r.flops else "-", f"{r.gbytes:.1f}" if r.bytes else "-",
-                 r.loc or "-"] for r in rows]
+                 f"{100 * r.us / total:.1f}", f"{r.gflops:.1f}" if r.flops else "-",
+                 f"{r.gbytes:.1f}" if r.bytes else "-", r.loc or "-"] for r in rows]
         widths = [max(len(h), *(len(b[i]) for b in body)) if body else len(h) for i, h in enumerate(head)]
         right = {0, 4, 5, 6, 7}
 
         def line(cells: list[str]) -> str:
-            return "  ".join(c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))).rstrip()
+            padded = (c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+            return "  ".join(padded).rstrip()
 
         out = [f"profile: {len(self.rows)} steps on {self.target}, median of {self.repeat} runs each (microseconds)",
                line(head), line(["-" * w for w in widths])]

@@ -3,8 +3,10 @@
 Inside the kernel the padded input is laid out [N, C/cb, H, W, cb] (inputs of at most 32 channels stay
 NCHW, read in place), the weights [O/16, C/cb, KH, KW, cb, 16] and the accumulators [N, O/16, OH, OW, 16];
 the register tile is 16 output channels (two vectors) x 4 output pixels, with the input channels, then
-the kernel window, then the channels of a block as the reduction. The epilogue (bias, residual add, ReLU) runs on the tile where it is written
-back to NCHW, four pixels a vector. 3x3 32->32 @32x32: 121 us against ORT's 125 us in the notes.
+the kernel window, then the channels of a block as the reduction. The epilogue (bias, residual add,
+ReLU) runs on the tile where it is written back to NCHW, four pixels a vector. A conv of at most 27
+products an output (a net's first, on RGB) takes a tile of pixel vectors instead (`_pixel_tile`).
+3x3 32->32 @32x32: 121 us against ORT's 125 us in the notes.
 Grouped and depthwise convolutions are not this rule's: their channel index is an expression.
 """
 
@@ -99,7 +101,8 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
         return False
     n, o, oh, ow, ci, kh, kw = c.ext
     vl = lanes(c.dtype)
-    pixels = ci * kh * kw <= PIXEL_TILE_REDUCTION and c.unit_w and ow % (2 * vl) == 0 and o % PIXEL_TILE_CHANNELS == 0
+    pixels = (ci * kh * kw <= PIXEL_TILE_REDUCTION and c.unit_w and ow % (2 * vl) == 0
+              and o % PIXEL_TILE_CHANNELS == 0)
     ob = 2 * vl if o % (2 * vl) == 0 else vl if o % vl == 0 else 0
     if ob == 0 and not pixels:
         return False  # odd output channels: the generic schedule

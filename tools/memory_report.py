@@ -8,16 +8,18 @@ apart so that their streams never wait for each other's memory.
 
     python tools/memory_report.py            # print the table
     python tools/memory_report.py --check    # exit 1 if docs/memory.md's table is not this one
+    python tools/memory_report.py --write    # put this table into docs/memory.md
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import doc_table
 
 from compiler.codegen.build import PIPELINE, plan_module
 from compiler.memory import plan_stats
@@ -45,19 +47,8 @@ def rows() -> list[str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--check", action="store_true", help="compare with docs/memory.md instead of printing")
-    args = ap.parse_args()
-    table = "\n".join(rows())
-    if not args.check:
-        print(table)
-        return 0
-    doc = (ROOT / "docs" / "memory.md").read_text()
-    current = doc.split(BEGIN)[1].split(END)[0].strip()
-    if current != table:
-        print("docs/memory.md is out of date: run python tools/memory_report.py and paste the table", file=sys.stderr)
-        return 1
-    return 0
+    return doc_table.main(ROOT / "docs" / "memory.md", BEGIN, END, lambda: "\n".join(rows()), __doc__,
+                          "memory_report.py")
 
 
 if __name__ == "__main__":

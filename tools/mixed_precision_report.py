@@ -2,6 +2,7 @@
 
     python tools/mixed_precision_report.py           print the table
     python tools/mixed_precision_report.py --write   replace the table in docs/mixed_precision.md
+    python tools/mixed_precision_report.py --check   exit 1 if the table there is not this one
 
 For every example, on the same random inputs (compiler.inputs.random_inputs, seed 0): the f32 module
 on the interpreter is the reference; the module after `mixed-precision{dtype=...}` runs on the
@@ -13,7 +14,6 @@ gives the compiled code's own distance from the interpreter.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -21,6 +21,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run as a plain script, the package need not be installed
+
+import doc_table
 
 from compiler.inputs import random_inputs
 from compiler.interpreter import run
@@ -91,18 +93,7 @@ def table() -> str:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--write", action="store_true", help=f"replace the table in {DOC.relative_to(ROOT)}")
-    args = parser.parse_args()
-    text = table()
-    if not args.write:
-        print(text, end="")
-        return 0
-    doc = DOC.read_text()
-    before, _, rest = doc.partition(BEGIN)
-    _, _, after = rest.partition(END)
-    DOC.write_text(f"{before}{BEGIN}\n{text}{END}{after}")
-    return 0
+    return doc_table.main(DOC, BEGIN, END, table, __doc__, "mixed_precision_report.py")
 
 
 if __name__ == "__main__":

@@ -9,16 +9,18 @@ and the FLOPs recomputed, absolute and as a share of one forward pass (@main's F
 
     python tools/remat_report.py            # print the table
     python tools/remat_report.py --check    # exit 1 if docs/remat.md's table is not this one
+    python tools/remat_report.py --write    # put this table into docs/remat.md
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+import doc_table
 
 from compiler.codegen.build import PIPELINE
 from compiler.diagnostics import GCError
@@ -82,19 +84,8 @@ def rows() -> list[str]:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--check", action="store_true", help="compare with docs/remat.md instead of printing")
-    args = ap.parse_args()
-    table = "\n".join(rows())
-    if not args.check:
-        print(table)
-        return 0
-    doc = (ROOT / "docs" / "remat.md").read_text()
-    current = doc.split(BEGIN)[1].split(END)[0].strip()
-    if current != table:
-        print("docs/remat.md is out of date: run python tools/remat_report.py and paste the table", file=sys.stderr)
-        return 1
-    return 0
+    return doc_table.main(ROOT / "docs" / "remat.md", BEGIN, END, lambda: "\n".join(rows()), __doc__,
+                          "remat_report.py")
 
 
 if __name__ == "__main__":

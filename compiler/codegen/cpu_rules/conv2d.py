@@ -114,14 +114,14 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     for b in after[:-1]:
         sch.compute_inline(b)
     out = after[-1] if after else sch.cache_write(conv, 0, "global")
+    pad = next((b for b in before if sch.get(b).writes[0].source.same_as(c.x_buf)), None)
     if pixels:
-        _pixel_tile(sch, c, conv, out, before, vl)
+        _pixel_tile(sch, conv, out, pad, vl)
         return True
     cb = _divisor(ci, (16, 32, 8, 24, 12, 4, 6, 3, 2))
     ob, px = tile(ow, ob, vl)
 
     # Layouts: the input (the pad stage's buffer, or a copy of x), the weights, the accumulators.
-    pad = next((b for b in before if sch.get(b).writes[0].source.same_as(c.x_buf)), None)
     nchw_input = ci <= NCHW_INPUT_CHANNELS
     if pad is None and not nchw_input:
         pad = sch.cache_read(conv, _read_index(sch, conv, c.x_buf), "global")
@@ -169,14 +169,13 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     return True
 
 
-def _pixel_tile(sch: s_tir.Schedule, c: Conv, conv, out, before: list, vl: int) -> None:
+def _pixel_tile(sch: s_tir.Schedule, conv, out, pad, vl: int) -> None:
     """Few input channels (a network's first conv: 3 x 3 x 3 products per output): the register tile is
     PIXEL_TILE_CHANNELS output channels x two vectors of pixels along W, read as contiguous vectors from
     the (zero-padded) NCHW input, weights broadcast. The reduction is too short to amortize the channel
     tile's NCHW write-back (a 16x4 transpose through memory); here the accumulators are NCHW rows already
     and the epilogue stores them as they are (3->32 channels at 32x32: 20.2 -> 13.6 us; batch 16:
     250 -> 170 us)."""
-    pad = next((b for b in before if sch.get(b).writes[0].source.same_as(c.x_buf)), None)
     i_n, i_o, i_h, i_w, r_c, r_h, r_w = sch.get_loops(conv)
     oo, oi = sch.split(i_o, [None, PIXEL_TILE_CHANNELS])
     wo, wi = sch.split(i_w, [None, 2 * vl])
@@ -222,23 +221,30 @@ def _weight_pack_loops(sch: s_tir.Schedule, b, ob: int, cb: int, parallel: bool)
     try_vectorize(sch, oi, ob)
 
 
+def _large_copy(sch: s_tir.Schedule, loops) -> bool:
+    """Whether a copy over `loops` moves PARALLEL_COPY elements or more (an unknown extent counts as large)."""
+    size = 1
+    for loop in loops:
+        size *= extent(sch, loop) or PARALLEL_COPY
+    return size >= PARALLEL_COPY
+
+
 def _pad_loops(sch: s_tir.Schedule, b) -> None:
     """The zero-padded NCHW copy: rows in parallel (one core for a small copy), each a contiguous copy."""
-    i_n, i_c, i_h, i_w = sch.get_loops(b)
-    rows = sch.fuse(i_n, i_c, i_h)
-    if (extent(sch, rows) or 0) * (extent(sch, i_w) or 0) >= PARALLEL_COPY:
+    loops = sch.get_loops(b)
+    large = _large_copy(sch, loops)
+    rows = sch.fuse(*loops[:3])
+    if large:
         sch.parallel(rows)
 
 
 def _pack_loops(sch: s_tir.Schedule, b, cb: int, vl: int) -> None:
     """The NCHW -> NCHW[cb]c copy: parallel over (n, channel block, row), channels of a block innermost."""
     i_n, i_c, i_h, i_w = sch.get_loops(b)
-    size = 1
-    for loop in (i_n, i_c, i_h, i_w):
-        size *= extent(sch, loop) or 1 << 30
+    large = _large_copy(sch, [i_n, i_c, i_h, i_w])
     co, cc = sch.split(i_c, [None, cb])
     sch.reorder(i_n, co, i_h, i_w, cc)
     rows = sch.fuse(i_n, co, i_h)
-    if size >= PARALLEL_COPY:
+    if large:
         sch.parallel(rows)
     try_vectorize(sch, cc, vl)

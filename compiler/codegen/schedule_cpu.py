@@ -12,10 +12,11 @@ from collections.abc import Collection
 
 import numpy as np
 from tvm import s_tir, tirx
+from tvm.ir.expr import TensorLoad
 
 from compiler.codegen.cpu_rules import conv2d, matmul, reduction, rewrite
-from compiler.codegen.cpu_rules.common import Context
-from compiler.codegen.sblocks import blocks, inline_spatial, is_spatial, leading_spatial_loops
+from compiler.codegen.cpu_rules.common import Context, extent
+from compiler.codegen.sblocks import blocks, inline_spatial, is_spatial, leading_spatial_loops, sub_expressions
 
 VECTOR = 16  # f32 lanes of two AVX2 registers; LLVM splits wider vectors as needed
 
@@ -116,15 +117,11 @@ def _transposed_partner(sch: s_tir.Schedule, b, loops) -> int | None:
     """For a copy that transposes (an input read with the innermost output index anywhere but last, the
     last input index made of another output index): that other index's loop position, else None. Its
     loads would be gathers down a column, one cache line per element; `_tile_transpose` fixes that."""
-    from tvm.ir.expr import TensorLoad
-
-    from compiler.codegen.sblocks import sub_expressions
-
     blk = sch.get(b)
     ivs = [iv.var for iv in blk.iter_vars]
     if len(ivs) != len(loops) or len(ivs) < 2 or not isinstance(blk.body, tirx.BufferStore):
         return None
-    exts = [_extent(sch, lp) for lp in loops]
+    exts = [extent(sch, lp) for lp in loops]
     if any(e is None for e in exts) or exts[-1] % TILE:
         return None
     last = ivs[-1]
@@ -151,14 +148,9 @@ def _tile_transpose(sch: s_tir.Schedule, loops, j: int) -> None:
     sch.vectorize(li)
 
 
-def _extent(sch: s_tir.Schedule, loop) -> int | None:
-    ext = sch.get(loop).extent
-    return int(ext) if isinstance(ext, tirx.IntImm) else None
-
-
 def _parallel_vectorize(sch: s_tir.Schedule, b, loops) -> None:
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
-    n = _extent(sch, fused) or 0
+    n = extent(sch, fused) or 0
     if n >= 2 * VECTOR and n % VECTOR == 0:
         outer, inner = sch.split(fused, [None, VECTOR])
         sch.parallel(outer)

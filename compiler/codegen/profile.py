@@ -10,6 +10,7 @@ results, so a kernel far from the machine's peak stands out.
 
 from __future__ import annotations
 
+import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -106,8 +107,6 @@ def profile(model, args, kwargs, repeat: int = 100, warmup: int = 10) -> Profile
         else:
             nbytes = _nbytes(model.plan["buffers"][c["copy"][0]])
             rows.append(KernelTime(i, "copy", [], "", "", 0, 2 * nbytes, us))
-    for _ in range(warmup):
-        model(*args, **kwargs)
     calls = []
     for _ in range(repeat):
         t = time.perf_counter()
@@ -122,7 +121,4 @@ def profile(model, args, kwargs, repeat: int = 100, warmup: int = 10) -> Profile
 def _nbytes(buf: dict) -> int:
     from compiler.ir import DType
 
-    n = 1
-    for d in buf["shape"]:
-        n *= d
-    return n * DType(buf["dtype"]).itemsize
+    return math.prod(buf["shape"]) * DType(buf["dtype"]).itemsize

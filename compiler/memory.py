@@ -16,6 +16,8 @@ intermediates: they live outside the arena.
 
 from __future__ import annotations
 
+import math
+
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -319,14 +321,21 @@ class _Clocks:
 
 
 def plan_stats(f: Func, unit: int = 1) -> dict[str, int]:
-    """The memory figures of a planned function: the arena's size; the bytes of its intermediates, each in a
+    """The memory figures of a planned function: the planned bytes for intermediates (the arena, plus the
+    zero-bordered buffers of conv-borders, borders included); the bytes of its intermediates, each in a
     buffer of its own (naive); and the lower bound: the largest total of intermediates alive at one step
     of its order, where an output written in place over an input that dies at that step counts once with
-    it (they are one buffer), so that no arena can be smaller. Sizes are in bytes, or rounded up to
-    `unit` (the alignment every buffer needs)."""
+    it (they are one buffer), so that no plan can be smaller. Sizes are in bytes, or rounded up to
+    `unit` (the alignment every buffer needs). `bordered_bytes` is the part of `arena_bytes` outside the
+    arena proper."""
     steps = [op for op in f.ops if op.name in ("exec.launch", "exec.copy")]
     arena = next((op.size for op in f.ops if op.name == "mem.arena"), 0)
-    where = view_spans(f)
+    where: dict[Value, object] = dict(view_spans(f))
+    bordered = 0
+    for op in f.ops:
+        if op.name == "mem.alloc" and op.pads:
+            where[op.result] = op  # a buffer of its own: nothing else shares it
+            bordered += _nbytes(op.padded_shape, op.result.type)
     last: dict[Value, int] = {}
     for i, op in enumerate(steps):
         for v in op.operands[: len(op.operands) - len(op.results)]:
@@ -350,4 +359,9 @@ def plan_stats(f: Func, unit: int = 1) -> dict[str, int]:
             else:
                 b = Block(size, i, end)
             blocks[r] = b
-    return {"arena_bytes": arena, "naive_bytes": naive, "lower_bound_bytes": lower_bound(list(dict.fromkeys(blocks.values())))}
+    return {"arena_bytes": arena + bordered, "naive_bytes": naive,
+            "lower_bound_bytes": lower_bound(list(dict.fromkeys(blocks.values()))), "bordered_bytes": bordered}
+
+
+def _nbytes(shape: tuple[int, ...], t) -> int:
+    return math.prod(shape) * t.nbytes // max(t.size, 1) if t.size else 0

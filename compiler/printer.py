@@ -41,9 +41,9 @@ def print_op(op: Op, names: _Namer | None = None, *, debuginfo: bool = False) ->
     if op.results:
         out = ", ".join(name(r) for r in op.results) + " = "
     out += op.name
-    if op.operands or not op.attrs:
-        out += "(" + ", ".join(name(v) for v in op.operands) + ")"
     shown = {k: v for k, v in op.attrs.items() if not _is_default(op, k, v)}
+    if op.operands or not shown:
+        out += "(" + ", ".join(name(v) for v in op.operands) + ")"
     if shown:
         out += " " + _attr_dict(shown)
     if len(op.results) == 1:

@@ -433,7 +433,7 @@ def test_gc_compile_stats_report_the_plan_and_gc_stats_prints_them(tmp_path: Pat
     assert f"{s['arena_bytes']:,}" in capsys.readouterr().out  # the same plan without compiling
 
 
-def test_compiled_model_runs_every_intermediate_inside_one_arena() -> None:
+def test_compiled_model_runs_every_intermediate_inside_one_arena_or_a_bordered_buffer() -> None:
     import compiler
 
     m = compiler.compile(ROOT / "examples/cnn.gir", "llvm")
@@ -441,7 +441,13 @@ def test_compiled_model_runs_every_intermediate_inside_one_arena() -> None:
     assert kinds.count("arena") == 1 and "view" in kinds
     arena = next(b for b in m.plan["buffers"] if b["kind"] == "arena")
     views = [b for b in m.plan["buffers"] if b["kind"] == "view"]
-    assert all(b["offset"] % 64 == 0 for b in views) and arena["size"] == m.plan["memory"]["arena_bytes"]
+    bordered = [b for b in m.plan["buffers"] if b["kind"] == "bordered"]
+    # The inputs of the six padded convs that are not the net's input: stem, b1a, p1, b2a, p2, b3a.
+    assert len(bordered) == kinds.count("whole") == 6 and all(b["pads"] == [0, 0, 1, 1, 0, 0, 1, 1] for b in bordered)
+    padded = sum(b["shape"][0] * b["shape"][1] * (b["shape"][2] + 2) * (b["shape"][3] + 2) * 4 for b in bordered)
+    assert m.plan["memory"]["bordered_bytes"] == padded
+    assert all(b["offset"] % 64 == 0 for b in views) and arena["size"] + padded == m.plan["memory"]["arena_bytes"]
+    assert m.plan["memory"]["arena_bytes"] <= m.plan["memory"]["naive_bytes"]
     assert kinds.count("temp") == len(m.plan["results"])  # the results' own buffers, nothing else
     src = parse_file(ROOT / "examples/cnn.gir")
     inputs = random_inputs(src["main"], 3, src)

@@ -91,7 +91,11 @@ def plan_module(module: Module, target: str = "llvm", entry: str = "main", *, co
     file_order_bound = peak_bytes(f)
     streams = ",assign-streams" if target == "cuda" else ""
     flag = "true" if concurrent and target == "cuda" else "false"
-    run_pipeline(module, f"schedule,plan-memory{{align={ALIGN[target]},concurrent={flag}}}{streams}")
+    # On the CPU a conv reads its input from a zero-bordered buffer in place (see plan-memory); the CUDA
+    # schedules stage inputs through shared memory anyway.
+    borders = "true" if target == "llvm" else "false"
+    run_pipeline(module, f"schedule,plan-memory{{align={ALIGN[target]},concurrent={flag},conv-borders={borders}}}"
+                         f"{streams}")
     return file_order_bound
 
 
@@ -141,6 +145,7 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
     f = module[entry]
     buffers: list[dict] = []
     slot: dict[Value, int] = {}
+    whole: dict[Value, int] = {}  # a bordered value -> the slot of its whole padded buffer
     consts: dict[str, np.ndarray] = {}
     by_output = {v: k for k in kernels for v in k.outputs}
 
@@ -174,18 +179,26 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
                 add(op.result, "temp")
             else:
                 add(op.result, "view", arena=slot[op.operands[0]], offset=op.offset)
+        elif isinstance(op, Alloc) and op.pads:
+            i = add(op.result, "bordered", pads=list(op.pads))  # the interior: a strided view
+            whole[op.result] = len(buffers)  # the padded buffer itself, for convs that read it whole
+            buffers.append({"kind": "whole", "of": i, "shape": list(op.padded_shape), "dtype": str(op.result.type.dtype)})
         elif isinstance(op, Alloc):
             add(op.result, "temp")
         elif isinstance(op, Launch):
             for d, r in zip(op.destinations, op.results):
                 slot[r] = slot[d]
+                if d in whole:
+                    whole[r] = whole[d]
             k = by_output.get(op.results[0])
             if k is None:
                 continue  # every output is empty: nothing to compute
             tags = getattr(k, "prepack", {})
             inner = [const(c, tags.get(i)) for i, c in enumerate(getattr(k, "const_ops", []))]
+            ins = [whole[v] if view == "whole" else slot[v]
+                   for v, view in zip(op.inputs, k.in_views or [None] * len(op.inputs))]
             steps.append({"kernel": k.name, "stream": op.stream,
-                          "buffers": [slot[v] for v in op.inputs] + inner + [slot[v] for v in op.destinations],
+                          "buffers": ins + inner + [slot[v] for v in op.destinations],
                           **_describe(k)})
         elif isinstance(op, Copy):
             slot[op.result] = slot[op.dest]

@@ -6,6 +6,7 @@ Each op's TE lives next to its definition (`op.lower(*tensors)`); this file only
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from compiler.diagnostics import GCError
@@ -24,6 +25,12 @@ class Kernel:
     params: list[Value] = field(default_factory=list)
     prim_func: object = None
     kind: str = "opaque"  # the anchor's fusion kind: decides the schedule rule
+    # The zero border (mem.alloc pads) around each input's and output's storage, or None (compact).
+    in_pads: list = field(default_factory=list)
+    out_pads: list = field(default_factory=list)
+    # How the PrimFunc takes each bordered input: "whole" (a conv reads the padded buffer in place) or
+    # "interior" (a strided view of the tensor itself); None for compact inputs. Set by lower_kernel.
+    in_views: list = field(default_factory=list)
 
 
 def kernels_of(module: Module, entry: str) -> list[Kernel]:
@@ -32,6 +39,7 @@ def kernels_of(module: Module, entry: str) -> list[Kernel]:
     f = module[entry]
     out: list[Kernel] = []
     names: dict[str, int] = {}
+    pads: dict[Value, tuple[int, ...]] = {}  # values stored with a zero border (plan-memory conv-borders)
     for op in f.ops:
         if op.name == "graph.constant" or op.name.startswith("mem.") or op.name in ("exec.copy", "exec.signal",
                                                                                     "exec.wait"):
@@ -44,6 +52,12 @@ def kernels_of(module: Module, entry: str) -> list[Kernel]:
             k = Kernel(_unique(callee.name, names), list(callee.ops), list(inputs), list(op.results))
             k.params = list(callee.args)
             k.callee = callee  # type: ignore[attr-defined]
+            if op.name == "exec.launch":
+                for d, r in zip(op.destinations, op.results):
+                    if d.owner is not None and d.owner.name == "mem.alloc" and d.owner.pads:
+                        pads[r] = tuple(d.owner.pads)
+            k.in_pads = [pads.get(v) for v in k.inputs]
+            k.out_pads = [pads.get(v) for v in k.outputs]
         else:
             k = Kernel(_unique(op.name.split(".")[-1], names), [op], list(op.operands), list(op.results))
             k.params = list(op.operands)
@@ -72,8 +86,19 @@ def lower_kernel(k: Kernel, func: Func | None = None):
 
     env: dict[Value, object] = {}
     placeholders = []
+    whole: set[Value] = set()  # params that arrive padded, as the convs reading them want
+    k.in_views = []
+    strides: dict[int, tuple[int, ...]] = {}
     for i, v in enumerate(k.params):
-        t = te.placeholder(v.type.shape, v.type.dtype.tvm, name=f"p{i}")
+        pads = k.in_pads[i] if i < len(k.in_pads) else None
+        view = None if pads is None else "whole" if _reads_padded(k.ops, v, pads) else "interior"
+        shape = padded_shape(v.type.shape, pads) if view == "whole" else v.type.shape
+        if view == "whole":
+            whole.add(v)
+        elif view == "interior":
+            strides[i] = _compact_strides(padded_shape(v.type.shape, pads))
+        k.in_views.append(view)
+        t = te.placeholder(shape, v.type.dtype.tvm, name=f"p{i}")
         env[v] = t
         placeholders.append(t)
     consts = []
@@ -86,16 +111,76 @@ def lower_kernel(k: Kernel, func: Func | None = None):
         lower = getattr(op, "lower", None)
         if lower is None:
             raise GCError(f"{op.name} has no lowering to TVM yet", op.loc)
-        outs = lower(*op._group([env[v] for v in op.operands]))
+        extra = {"padded": True} if op.name == "graph.conv2d" and op.operands[0] in whole else {}
+        outs = lower(*op._group([env[v] for v in op.operands]), **extra)
         outs = outs if isinstance(outs, (tuple, list)) else (outs,)
         for r, t in zip(op.results, outs):
             env[r] = t
     results = _kernel_results(k, func)
     outs = [_materialize(env[v], i, placeholders + [t for _, t in consts]) for i, v in enumerate(results)]
     k.const_ops = [op for op, _ in consts]  # type: ignore[attr-defined]
+    first_out = len(placeholders) + len(consts)
+    for j, v in enumerate(results):
+        pads = k.out_pads[j] if j < len(k.out_pads) else None
+        if pads is not None:
+            strides[first_out + j] = _compact_strides(padded_shape(v.type.shape, pads))
     prim = te.create_prim_func([*placeholders, *[t for _, t in consts], *outs])
+    if strides:
+        prim = declare_strides(prim, strides)
     k.prim_func = prim.with_attr("global_symbol", k.name)
     return k.prim_func
+
+
+def padded_shape(shape, pads) -> tuple[int, ...]:
+    r = len(shape)
+    return tuple(int(d) + lo + hi for d, lo, hi in zip(shape, pads[:r], pads[r:]))
+
+
+def _compact_strides(shape) -> tuple[int, ...]:
+    out, step = [], 1
+    for d in reversed(shape):
+        out.append(step)
+        step *= d
+    return tuple(reversed(out))
+
+
+def _reads_padded(ops: list[Op], v: Value, pads: tuple[int, ...]) -> bool:
+    """Whether every op of the kernel that reads `v` is a conv2d taking it as its input with exactly the
+    spatial padding of `v`'s border (batch and channels unpadded): then the kernel takes the bordered
+    buffer whole and the convs pad nothing."""
+    users = [op for op in ops if any(u is v for u in op.operands)]
+    n, c, top, left, n2, c2, bottom, right = pads
+    return bool(users) and not (n or c or n2 or c2) and all(
+        op.name == "graph.conv2d" and op.operands[0] is v and all(u is not v for u in op.operands[1:])
+        and list(op.padding) == [top, left, bottom, right] for op in users)
+
+
+# A parameter in the signature as TVMScript prints it: `name: T.Buffer((d0, d1), "float32")`.
+_PARAM = re.compile(r'(\w+): T\.Buffer\(\(([^()]*)\), "(\w+)"\)')
+
+
+def declare_strides(prim, strides: dict[int, tuple[int, ...]]):
+    """`prim` with the parameters at the given positions declared strided (the interior of a bordered
+    buffer, passed as a view with those strides) and aligned to their element size only, through a
+    TVMScript round trip."""
+    from tvm import tirx
+    from tvm.script import parse
+    from tvm.script import tirx as T
+
+    text = prim.script()
+    head, sep, body = text.partition("):\n")
+    params = list(_PARAM.finditer(head))
+    if len(params) != len(prim.params):
+        raise GCError(f"cannot declare strided parameters: {len(params)} of {len(prim.params)} parsed (a bug in gc)")
+    for i in sorted(strides, reverse=True):
+        m = params[i]
+        elem = max(1, int("".join(ch for ch in m.group(3) if ch.isdigit()) or 8) // 8)
+        decl = (f'{m.group(1)}: T.Buffer(({m.group(2)}), "{m.group(3)}", '
+                f'strides=({", ".join(map(str, strides[i]))}), align={elem})')
+        head = head[: m.start()] + decl + head[m.end() :]
+    new = parse(head + sep + body, extra_vars={"T": T}, s_tir=True, check_well_formed=False)
+    assert isinstance(new, tirx.PrimFunc)
+    return new
 
 
 def _kernel_results(k: Kernel, func: Func | None) -> list[Value]:

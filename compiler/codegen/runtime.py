@@ -43,6 +43,7 @@ class CompiledModel:
         self._bufs: list = [None] * len(plan["buffers"])
         self._arg_slots: list[int] = []
         self._views: list = []  # what keeps the arena's views valid (DLPack structs)
+        self._whole: dict[int, object] = {}  # zero-bordered buffers, by the slot of their interior
         for i, b in enumerate(plan["buffers"]):
             if self.unavailable:
                 continue
@@ -55,6 +56,16 @@ class CompiledModel:
                 self._bufs[i] = tvm.runtime.empty((max(b["size"], 1),), "uint8", self.device)
             elif b["kind"] == "view":
                 self._bufs[i] = _view(self._bufs[b["arena"]], b["offset"], tuple(b["shape"]), dtype, self._views)
+            elif b["kind"] == "bordered":  # zeros once: kernels write only the interior, so the border stays 0
+                shape, pads = tuple(b["shape"]), b["pads"]
+                full = tuple(d + lo + hi for d, lo, hi in zip(shape, pads[: len(shape)], pads[len(shape) :]))
+                buf = tvm.runtime.tensor(np.zeros(full, DType(b["dtype"]).np), self.device)
+                self._whole[i] = buf
+                strides = [int(np.prod(full[k + 1 :])) for k in range(len(full))]
+                offset = sum(lo * st for lo, st in zip(pads[: len(shape)], strides)) * buf.dtype.itemsize
+                self._bufs[i] = _view(buf, offset, shape, dtype, self._views, strides)
+            elif b["kind"] == "whole":
+                self._bufs[i] = self._whole[b["of"]]
         self._arg_slots = [next(i for i, b in enumerate(plan["buffers"]) if b["kind"] == "arg" and b["index"] == k)
                            if any(b["kind"] == "arg" and b["index"] == k for b in plan["buffers"]) else -1
                            for k in range(len(plan["args"]))]
@@ -349,10 +360,12 @@ _capsule.restype = ctypes.py_object
 _capsule.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
 
 
-def _view(base, offset: int, shape: tuple[int, ...], dtype: str, keep: list):
-    """A TVM tensor over `base`'s bytes from `offset` (on any device). TVM's own views set DLPack's
-    byte_offset, which compiled kernels reject; this one moves the data pointer instead. The DLPack
-    structs have no deleter: `keep` (the model) holds them, and the arena, for the views' lifetime."""
+def _view(base, offset: int, shape: tuple[int, ...], dtype: str, keep: list, strides: list[int] | None = None):
+    """A TVM tensor over `base`'s bytes from `offset` (on any device), compact or with `strides` (in
+    elements: the interior of a bordered buffer). TVM's own views set DLPack's byte_offset, which compiled
+    kernels reject; this one moves the data pointer instead. The DLPack structs have no deleter: `keep`
+    (the model) holds them, and the arena, for the views' lifetime."""
+    import tvm_ffi
     from tvm_ffi.core import DataType
 
     import tvm
@@ -366,8 +379,15 @@ def _view(base, offset: int, shape: tuple[int, ...], dtype: str, keep: list):
     m.dl_tensor.dtype = _DLDataType(dt.type_code, dt.bits, dt.lanes)
     m.dl_tensor.shape = dims
     m.dl_tensor.byte_offset = 0
-    keep.append((m, dims, base))
-    return tvm.runtime.from_dlpack(_capsule(ctypes.addressof(m), b"dltensor", None))
+    if strides is None:
+        keep.append((m, dims, base))
+        return tvm.runtime.from_dlpack(_capsule(ctypes.addressof(m), b"dltensor", None))
+    steps = (ctypes.c_int64 * max(len(shape), 1))(*strides)
+    m.dl_tensor.strides = steps
+    keep.append((m, dims, steps, base))
+    # Not 64-byte aligned and not contiguous, as the kernels that take it declare (lower.declare_strides).
+    return tvm_ffi.from_dlpack(_capsule(ctypes.addressof(m), b"dltensor", None), require_alignment=0,
+                               require_contiguous=False)
 
 
 def _to_numpy(b) -> np.ndarray:

@@ -17,15 +17,22 @@ Output: the same function in the `mem`/`exec` dialects:
   best-fit placement over several orders (`compiler.memory.place`), aligned to `align` bytes.
 - In place: a kernel made only of elementwise/broadcast ops writes its output over an input of the same
   shape and size that dies at it (each output element reads only that input element, at its own index).
+- `conv-borders` (on in the CPU build): a tensor that a kernel's padded conv2d reads as its input
+  gets a buffer of its own outside the arena with a zero border as wide as that padding
+  (`mem.alloc {pads = [0, 0, 1, 1, 0, 0, 1, 1]}`); its producer writes the interior, and the
+  convolution reads the bordered whole in place instead of copying its input padded on every call.
+  The border is never written, so it stays zero from one call to the next.
 - Arguments and constants stay where they are; each result gets a buffer of its own (`mem.alloc`) that
   the caller owns, written by the launch that computes it (or `exec.copy` for a returned argument,
   constant, or a value returned twice).
 The plan is checked (`compiler.memory.check_plan`) before the pass returns.
-Statistics: arena-bytes, naive-bytes (every intermediate its own buffer), lower-bound-bytes, in-place.
+Statistics: arena-bytes, naive-bytes (every intermediate its own buffer), lower-bound-bytes, in-place,
+bordered-bytes (the zero-bordered buffers, outside the arena; part of arena-bytes), when there are any.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from compiler.diagnostics import GCError
@@ -50,6 +57,9 @@ class PlanMemory(Pass):
         "help": "share bytes only between tensors ordered by data dependence, so that independent branches "
                 "may run at once (for assign-streams)"})
 
+    conv_borders: bool = field(default=False, metadata={
+        "help": "give the input of a padded conv2d a zero-bordered buffer of its own, read in place"})
+
     def __post_init__(self) -> None:
         if self.align < 1 or self.align & (self.align - 1):
             raise GCError(f"pass 'plan-memory': align must be a power of two, got {self.align}")
@@ -66,7 +76,8 @@ class PlanMemory(Pass):
                 continue
             kernels = _outline(module, f, taken)
             order += kernels
-            stats = _plan(module, f, self.align, self.in_place, self.concurrent)
+            borders = _borders(module, f) if self.conv_borders else {}
+            stats = _plan(module, f, self.align, self.in_place, self.concurrent, borders)
             self.stats.update(stats)
         module.funcs = {f.name: f for f in order}
         for f in module:
@@ -117,9 +128,32 @@ def _outline(module: Module, f: Func, taken: set[str]) -> list[Func]:
     return out
 
 
-def _plan(module: Module, f: Func, align: int, in_place: bool, concurrent: bool) -> dict[str, int]:
+def _borders(module: Module, f: Func) -> dict[Value, tuple[int, ...]]:
+    """The intermediates some kernel's padded conv2d reads as its input, each with that padding as `pads`
+    of a mem.alloc (the first such conv's, when two pad it differently). Not a function result (the caller
+    owns those buffers), and nothing written in place over it or over which it is written."""
+    returned = set(f.results)
+    out: dict[Value, tuple[int, ...]] = {}
+    for call in f.ops:
+        if not isinstance(call, Call):
+            continue
+        callee = module[call.callee.name]
+        for arg, v in zip(callee.args, call.operands):
+            if v in out or v in returned or not isinstance(v.owner, Call) or v.type.rank != 4:
+                continue
+            pad = next((op.padding for op in callee.ops if op.name == "graph.conv2d" and op.operands[0] is arg
+                        and any(op.padding)), None)
+            if pad is not None:
+                top, left, bottom, right = pad
+                out[v] = (0, 0, top, left, 0, 0, bottom, right)
+    return out
+
+
+def _plan(module: Module, f: Func, align: int, in_place: bool, concurrent: bool,
+          borders: dict[Value, tuple[int, ...]]) -> dict[str, int]:
     steps = [op for op in f.ops if op.name != "graph.constant"]
-    lts = lifetimes(f, steps, align)
+    every = lifetimes(f, steps, align)
+    lts = [lt for lt in every if lt.value not in borders]
     life = {lt.value: lt for lt in lts}
     order = _Order(steps) if concurrent else None
     # Storage blocks: one per tensor, except that an in-place output joins its input's block.
@@ -145,10 +179,23 @@ def _plan(module: Module, f: Func, align: int, in_place: bool, concurrent: bool)
                 apart.setdefault(o, set()).add(t)
                 apart.setdefault(t, set()).add(o)
     size = place(blocks, align, conflict=order.conflict if order else None, apart=apart)
-    _rewrite(f, steps, block_of, size, align)
+    # Bordered buffers are never shared; where they would make the plan bigger than a buffer per tensor
+    # (a short chain of convs: little else to share), the convs copy their input padded instead.
+    bordered = sum(_padded_bytes(v, pads) for v, pads in borders.items())
+    if borders and size + bordered > sum(lt.value.type.nbytes for lt in every):
+        return _plan(module, f, align, in_place, concurrent, {})
+    _rewrite(f, steps, block_of, size, align, borders)
     figures = plan_stats(f)
-    return {"arena-bytes": size, "naive-bytes": figures["naive_bytes"],
-            "lower-bound-bytes": figures["lower_bound_bytes"], "in-place": joined}
+    stats = {"arena-bytes": figures["arena_bytes"], "naive-bytes": figures["naive_bytes"],
+             "lower-bound-bytes": figures["lower_bound_bytes"], "in-place": joined}
+    if figures["bordered_bytes"]:
+        stats["bordered-bytes"] = figures["bordered_bytes"]
+    return stats
+
+
+def _padded_bytes(v: Value, pads: tuple[int, ...]) -> int:
+    r = v.type.rank
+    return v.type.nbytes // max(v.type.size, 1) * math.prod(d + lo + hi for d, lo, hi in zip(v.type.shape, pads[:r], pads[r:]))
 
 
 class _Order:
@@ -189,14 +236,15 @@ def _donor(module: Module, call: Op, life: dict, block_of: dict, order: _Order |
     for v in call.operands:
         lt = life.get(v)
         # Read once (a second read could see the new value), and nothing else in its block lives on.
-        if (lt is not None and lt.end == step and block_of[v].end == step and v.type.shape == out.type.shape
+        if (lt is not None and v in block_of and lt.end == step and block_of[v].end == step and v.type.shape == out.type.shape
                 and v.type.nbytes == out.type.nbytes and sum(1 for x in call.operands if x is v) == 1
                 and (order is None or all(order.done_before(w, step, but=step) for w in block_of[v].members))):
             return v
     return None
 
 
-def _rewrite(f: Func, steps: list[Op], block_of: dict[Value, Block], size: int, align: int) -> None:
+def _rewrite(f: Func, steps: list[Op], block_of: dict[Value, Block], size: int, align: int,
+             borders: dict[Value, tuple[int, ...]]) -> None:
     loc = f.loc
     consts = [op for op in f.ops if op.name == "graph.constant"]
     arena = Arena([], {"size": size, "align": align}, None, loc)
@@ -212,7 +260,7 @@ def _rewrite(f: Func, steps: list[Op], block_of: dict[Value, Block], size: int, 
             if r in block_of:
                 view = View([arena.result], {"offset": block_of[r].offset}, [r.type], step.loc)
             else:
-                view = Alloc([], {}, [r.type], step.loc)
+                view = Alloc([], {"pads": list(borders[r])} if r in borders else {}, [r.type], step.loc)
             ops.append(view)
             dests.append(view.result)
         ins = [repl.get(v, v) for v in step.operands]

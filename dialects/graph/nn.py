@@ -160,7 +160,9 @@ class Conv2d(Op, name="graph.conv2d"):
             y = y + b.astype(acc)[None, :, None, None]
         return y
 
-    def lower(self, x: te.Tensor, w: te.Tensor, b: te.Tensor | None) -> te.Tensor:
+    def lower(self, x: te.Tensor, w: te.Tensor, b: te.Tensor | None, padded: bool = False) -> te.Tensor:
+        """`padded`: x arrives with the padding in place already (a zero-bordered buffer, plan-memory's
+        conv-borders), so no pad stage copies it."""
         from tvm import te, topi
 
         dtype = str(x.dtype)
@@ -170,7 +172,7 @@ class Conv2d(Op, name="graph.conv2d"):
         _, cg, kh, kw = self.operands[1].type.shape
         og = o // self.groups
         (sh, sw), (dh, dw), (pt, pl, pb, pr) = self.strides, self.dilations, self.padding
-        if any(self.padding):
+        if any(self.padding) and not padded:
             x = topi.nn.pad(x, (0, 0, pt, pl), (0, 0, pb, pr), name="pad")
         rc = te.reduce_axis((0, cg), name="rc")
         ry = te.reduce_axis((0, kh), name="ry")

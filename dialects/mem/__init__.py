@@ -2,11 +2,15 @@
 
 After `plan-memory`, every intermediate tensor of a function is a view into one arena at a fixed,
 aligned offset; the function's results get buffers of their own (`mem.alloc`), which the caller owns.
-Arguments and constants stay where they are.
+Arguments and constants stay where they are. With `plan-memory{conv-borders=true}` (the CPU build), a
+tensor that a padded convolution reads gets a buffer of its own with a zero border as wide as the
+padding (`mem.alloc {pads = ...}`): its producer writes the interior, the border stays zero, and the
+convolution reads the whole bordered buffer in place instead of copying its input padded every call.
 
     %arena = mem.arena {size = 524288} : tensor<524288xi8>
     %t = mem.view(%arena) {offset = 262144} : tensor<64x1024xf32>
     %out = mem.alloc() : tensor<64x10xf32>
+    %h = mem.alloc() {pads = [0, 0, 1, 1, 0, 0, 1, 1]} : tensor<1x32x32x32xf32>
 
 On the reference interpreter the arena is one NumPy byte array and views alias it, so a plan that lets
 two live tensors overlap computes wrong numbers there too.
@@ -72,16 +76,37 @@ class View(Op, name="mem.view"):
 
 
 class Alloc(Op, name="mem.alloc"):
-    """A buffer of its own, outside the arena (a function result):  %r = mem.alloc() : tensor<64x10xf32>"""
+    """A buffer of its own, outside the arena (a function result):  %r = mem.alloc() : tensor<64x10xf32>
+
+    With `pads` ([begin per dim..., end per dim...], as graph.pad), the tensor is the interior of a
+    larger buffer whose border is zero and stays zero: nothing but the tensor's interior is ever written
+    there, so a consumer may read the padded whole (a convolution with that padding) in place."""
 
     pure = False
+    pads = attribute("ints", (), doc="a zero border around the tensor: begin per dim, then end per dim")
 
     def infer(self) -> TensorType:
-        return _written_type(self)
+        t = _written_type(self)
+        if self.pads and (len(self.pads) != 2 * t.rank or min(self.pads) < 0):
+            raise self.error(f"pads {list(self.pads)} must be {2 * t.rank} non-negative widths for {t}")
+        return t
+
+    @property
+    def padded_shape(self) -> tuple[int, ...]:
+        """The whole buffer's shape (the tensor's own without pads)."""
+        t = self.result.type
+        if not self.pads:
+            return t.shape
+        return tuple(d + lo + hi for d, lo, hi in zip(t.shape, self.pads[: t.rank], self.pads[t.rank :]))
 
     def interpret(self, module: Module, arrays: list[np.ndarray]) -> list[np.ndarray]:
         t = self.result.type
-        return [np.full(t.shape, np.nan if t.dtype.is_float else 0).astype(t.dtype.np)]
+        if not self.pads:
+            return [np.full(t.shape, np.nan if t.dtype.is_float else 0).astype(t.dtype.np)]
+        whole = np.zeros(self.padded_shape, t.dtype.np)
+        inside = tuple(slice(lo, lo + d) for d, lo in zip(t.shape, self.pads[: t.rank]))
+        whole[inside] = np.nan if t.dtype.is_float else 0  # a read before the write shows up
+        return [whole[inside]]
 
     def flops(self) -> int:
         return 0

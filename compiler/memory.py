@@ -17,7 +17,6 @@ intermediates: they live outside the arena.
 from __future__ import annotations
 
 import math
-
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field

@@ -546,3 +546,46 @@ def test_transposing_copy_moves_tiles(shape: tuple, perm: tuple, tiled: bool) ->
     got, rule = run([x, y], "injective", a)
     assert rule == "generic"
     np.testing.assert_array_equal(got, a.transpose(perm))
+
+
+
+# --- pooling -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("op,attrs,shape,out", [
+    ("max_pool2d", "kernel = [3, 3], strides = [2, 2], padding = [1, 1, 1, 1]", (2, 8, 17, 19), (2, 8, 9, 10)),
+    ("max_pool2d", "kernel = [2, 2]", (1, 32, 32, 32), (1, 32, 16, 16)),
+    ("avg_pool2d", "kernel = [3, 3], strides = [1, 1], padding = [1, 0, 2, 1], count_include_pad = true",
+     (1, 5, 9, 30), (1, 5, 10, 29)),
+    ("avg_pool2d", "kernel = [2, 3], ceil_mode = true", (3, 4, 7, 11), (3, 4, 4, 4)),
+    ("avg_pool2d", "kernel = [2, 2]", (1, 3, 2, 8), (1, 3, 1, 4)),  # one output row
+    ("max_pool2d", "kernel = [3, 1], strides = [1, 1]", (2, 3, 5, 1), (2, 3, 3, 1)),  # one output column
+])
+def test_pools_get_the_pool_rule_with_a_fused_relu(op: str, attrs: str, shape: tuple, out: tuple) -> None:
+    import compiler
+    from compiler.interpreter import run as interpret
+    from compiler.parser import parse
+
+    t_in, t_out = "x".join(map(str, shape)), "x".join(map(str, out))
+    text = (f"func @main(%x: tensor<{t_in}xf32>) -> tensor<{t_out}xf32> {{\n"
+            f"  %p = graph.{op}(%x) {{{attrs}}} : tensor<{t_out}xf32>\n"
+            f"  %r = graph.relu(%p) : tensor<{t_out}xf32>\n  return %r\n}}\n")
+    model = compiler.compile(text, "llvm")
+    assert [c["schedule"] for c in model.plan["calls"]] == ["pool"]
+    x = rand(shape)
+    np.testing.assert_allclose(model(x)[0], interpret(parse(text), {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+def test_a_pool_to_one_pixel_is_left_to_the_rows_rule() -> None:
+    """Its epilogue's only loop would be the rows loop itself: vectorizing that one took the window's
+    reduction with it, and TVM compiled it into wrong sums (a bug found in the cnn's global pool)."""
+    import compiler
+    from compiler.interpreter import run as interpret
+    from compiler.parser import parse
+
+    text = ("func @main(%x: tensor<1x128x4x4xf32>) -> tensor<1x128x1x1xf32> {\n"
+            "  %g = graph.avg_pool2d(%x) {kernel = [4, 4]} : tensor<1x128x1x1xf32>\n  return %g\n}\n")
+    model = compiler.compile(text, "llvm")
+    assert [c["schedule"] for c in model.plan["calls"]] != ["pool"]
+    x = rand((1, 128, 4, 4))
+    np.testing.assert_allclose(model(x)[0], interpret(parse(text), {"x": x})[0], rtol=1e-5, atol=1e-6)

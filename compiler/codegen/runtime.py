@@ -365,10 +365,9 @@ def _view(base, offset: int, shape: tuple[int, ...], dtype: str, keep: list, str
     elements: the interior of a bordered buffer). TVM's own views set DLPack's byte_offset, which compiled
     kernels reject; this one moves the data pointer instead. The DLPack structs have no deleter: `keep`
     (the model) holds them, and the arena, for the views' lifetime."""
+    import tvm
     import tvm_ffi
     from tvm_ffi.core import DataType
-
-    import tvm
 
     dt = DataType(dtype)
     dims = (ctypes.c_int64 * max(len(shape), 1))(*shape)

@@ -224,6 +224,7 @@ def _check(module: Module, f: Func) -> list[str]:
     writer: dict[Value, Op] = {}
     readers: dict[Value, list[Op]] = {}
     clocks = _Clocks()
+    beyond = 1 << 60
     for op in f.ops:
         if op.name == "mem.view":
             arena = op.operands[0].owner
@@ -235,6 +236,11 @@ def _check(module: Module, f: Func) -> list[str]:
             if hi > arena.size:
                 problems.append(f"{_at(op)}: bytes [{lo}, {hi}) outside the {arena.size}-byte arena")
             where[op.result] = (lo, hi)
+            continue
+        if op.name == "mem.alloc" and op.pads:  # shared by bordered tensors: bytes of their own, past the arena
+            size = math.prod(op.padded_shape) * op.result.type.nbytes // max(op.result.type.size, 1)
+            where[op.result] = (beyond, beyond + size)
+            beyond += size
             continue
         if op.name in ("exec.signal", "exec.wait"):
             clocks.event(op)

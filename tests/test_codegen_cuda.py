@@ -325,3 +325,23 @@ def test_profile_on_the_gpu_times_every_kernel_of_the_streams() -> None:
     p = model.profile(**inputs, repeat=3, warmup=1)
     assert [r.name for r in p.rows if r.name != "copy"] == [c["kernel"] for c in model.plan["calls"] if "kernel" in c]
     assert all(r.us > 0 for r in p.rows) and p.target == "cuda"
+
+
+# -- a plan with zero-bordered conv inputs (the CPU's default) builds for cuda as well --
+
+BORDERED = ("canonicalize,fold-constants,cse,dce,fuse,schedule,plan-memory{align=256,conv-borders=true},"
+            "assign-streams")
+
+
+def test_a_plan_with_bordered_conv_inputs_compiles_to_cuda() -> None:
+    model = compiler.compile(parse_file(ROOT / "examples/cnn.gir"), "cuda", pipeline=BORDERED, arch=ARCH)
+    assert [b["kind"] for b in model.plan["buffers"]].count("bordered") == 6
+    assert_one_cuda_kernel_per_graph_kernel(model, cuda_source(model.lib))
+
+
+@needs_gpu
+def test_a_plan_with_bordered_conv_inputs_runs_on_the_gpu() -> None:
+    module = parse_file(ROOT / "examples/cnn.gir")
+    model = compiler.compile(module, "cuda", pipeline=BORDERED, arch=None)
+    for _ in range(2):  # the borders are still zero at the second call
+        assert_matches_interpreter(module, model, rtol=1e-3, atol=1e-4)

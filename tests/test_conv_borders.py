@@ -91,3 +91,46 @@ def test_compiled_cpu_code_reads_bordered_inputs_whole_or_strided(params: bool, 
     path = tmp_path / "net.gcpkg"
     model.save(path)
     np.testing.assert_allclose(compiler.load(path)(*args)[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_same_shaped_bordered_tensors_share_a_buffer_when_their_lifetimes_do_not_touch() -> None:
+    # Three 3x3 convs in a chain, each input bordered: %a and %c never live at once, so they share.
+    chain = """func @main(%x: tensor<1x8x32x32xf32>, %w: tensor<8x8x3x3xf32>) -> tensor<1x8x16x16xf32> {
+  %a = graph.conv2d(%x, %w) {padding = [1, 1, 1, 1]} : tensor<1x8x32x32xf32>
+  %ra = graph.tanh(%a) : tensor<1x8x32x32xf32>
+  %b = graph.conv2d(%ra, %w) {padding = [1, 1, 1, 1]} : tensor<1x8x32x32xf32>
+  %rb = graph.tanh(%b) : tensor<1x8x32x32xf32>
+  %c = graph.conv2d(%rb, %w) {padding = [1, 1, 1, 1]} : tensor<1x8x32x32xf32>
+  %rc = graph.tanh(%c) : tensor<1x8x32x32xf32>
+  %d = graph.conv2d(%rc, %w) {padding = [1, 1, 1, 1]} : tensor<1x8x32x32xf32>
+  %e = graph.exp(%d) : tensor<1x8x32x32xf32>
+  %f = graph.sqrt(%e) : tensor<1x8x32x32xf32>
+  %g = graph.max_pool2d(%f) {kernel = [2, 2]} : tensor<1x8x16x16xf32>
+  %h = graph.avg_pool2d(%f) {kernel = [2, 2]} : tensor<1x8x16x16xf32>
+  %y = graph.sub(%g, %h) : tensor<1x8x16x16xf32>
+  return %y
+}
+"""
+    m = _planned(chain)
+    text = print_module(m)
+    assert text.count("mem.alloc {pads") == 2  # three bordered tensors, two buffers
+    s = plan_stats(m["main"])
+    assert s["bordered_bytes"] == 2 * 8 * 34 * 34 * 4
+    src = parse(chain)
+    inputs = random_inputs(src["main"], 2, src)
+    np.testing.assert_allclose(run(m, inputs)[0], run(src, inputs)[0], rtol=1e-5, atol=1e-5)
+    model = compiler.compile(chain, "llvm")
+    for _ in range(2):
+        np.testing.assert_allclose(model(**inputs)[0], run(src, inputs)[0], rtol=1e-4, atol=1e-5)
+
+
+def test_the_plan_checker_sees_a_bordered_buffer_written_while_its_tensor_is_read() -> None:
+    from compiler.diagnostics import GCError
+    from compiler.memory import check_plan
+
+    text = print_module(_planned(NET))
+    assert "%t = exec.launch(%r, %w3, %b, %2)" in text
+    check_plan(m := parse(text), m["main"])
+    bad = parse(text.replace("%t = exec.launch(%r, %w3, %b, %2)", "%t = exec.launch(%r, %w3, %b, %0)"))
+    with pytest.raises(GCError, match="over its own input %r"):
+        check_plan(bad, bad["main"])

@@ -181,16 +181,38 @@ def _plan(module: Module, f: Func, align: int, in_place: bool, concurrent: bool,
     size = place(blocks, align, conflict=order.conflict if order else None, apart=apart)
     # Bordered buffers are never shared; where they would make the plan bigger than a buffer per tensor
     # (a short chain of convs: little else to share), the convs copy their input padded instead.
-    bordered = sum(_padded_bytes(v, pads) for v, pads in borders.items())
+    shared = _share_borders(borders, every)
+    bordered = sum(_padded_bytes(group[0], borders[group[0]]) for group in shared)
     if borders and size + bordered > sum(lt.value.type.nbytes for lt in every):
         return _plan(module, f, align, in_place, concurrent, {})
-    _rewrite(f, steps, block_of, size, align, borders)
+    _rewrite(f, steps, block_of, size, align, borders, shared)
     figures = plan_stats(f)
     stats = {"arena-bytes": figures["arena_bytes"], "naive-bytes": figures["naive_bytes"],
              "lower-bound-bytes": figures["lower_bound_bytes"], "in-place": joined}
     if figures["bordered_bytes"]:
         stats["bordered-bytes"] = figures["bordered_bytes"]
     return stats
+
+
+def _share_borders(borders: dict[Value, tuple[int, ...]], lts) -> list[list[Value]]:
+    """Bordered tensors grouped into buffers: tensors of one shape, dtype and border whose lifetimes do
+    not touch share a buffer (each writes the whole interior, and the border is never written, so it
+    stays zero for all of them). Greedy by start, into the buffer free longest (ResNet-18's stages
+    hold many maps of one shape, few alive at once)."""
+    life = {lt.value: lt for lt in lts}
+    groups: list[list[Value]] = []
+    free: dict[tuple, list[list[Value]]] = {}
+    for v in sorted(borders, key=lambda v: life[v].start):
+        key = (v.type.shape, str(v.type.dtype), borders[v])
+        done = [g for g in free.get(key, []) if life[g[-1]].end < life[v].start]
+        if done:
+            g = min(done, key=lambda g: life[g[-1]].end)
+            g.append(v)
+        else:
+            g = [v]
+            groups.append(g)
+            free.setdefault(key, []).append(g)
+    return groups
 
 
 def _padded_bytes(v: Value, pads: tuple[int, ...]) -> int:
@@ -244,12 +266,14 @@ def _donor(module: Module, call: Op, life: dict, block_of: dict, order: _Order |
 
 
 def _rewrite(f: Func, steps: list[Op], block_of: dict[Value, Block], size: int, align: int,
-             borders: dict[Value, tuple[int, ...]]) -> None:
+             borders: dict[Value, tuple[int, ...]], shared: list[list[Value]]) -> None:
     loc = f.loc
     consts = [op for op in f.ops if op.name == "graph.constant"]
     arena = Arena([], {"size": size, "align": align}, None, loc)
     arena.result.name = "arena"
     ops: list[Op] = [*consts, arena]
+    group_of = {v: g for g in shared for v in g}
+    bordered: dict[Value, Alloc] = {}
     returned_first: dict[Value, int] = {}
     for i, v in enumerate(f.results):
         returned_first.setdefault(v, i)
@@ -259,8 +283,15 @@ def _rewrite(f: Func, steps: list[Op], block_of: dict[Value, Block], size: int, 
         for r in step.results:
             if r in block_of:
                 view = View([arena.result], {"offset": block_of[r].offset}, [r.type], step.loc)
+            elif r in borders:
+                first = group_of[r][0]
+                if first not in bordered:  # the buffer, made where its first tensor is written
+                    bordered[first] = Alloc([], {"pads": list(borders[r])}, [r.type], step.loc)
+                    ops.append(bordered[first])
+                dests.append(bordered[first].result)
+                continue
             else:
-                view = Alloc([], {"pads": list(borders[r])} if r in borders else {}, [r.type], step.loc)
+                view = Alloc([], {}, [r.type], step.loc)
             ops.append(view)
             dests.append(view.result)
         ins = [repl.get(v, v) for v in step.operands]

@@ -1,7 +1,7 @@
 """conv2d rule: direct convolution in a channel-blocked layout, NCHW at the kernel's edges (TVM notes §10).
 
-Inside the kernel the padded input is laid out [N, C/cb, H, W, cb] (inputs of at most 32 channels stay
-NCHW, read in place), the weights [O/16, C/cb, KH, KW, cb, 16] and the accumulators [N, O/16, OH, OW, 16];
+Inside the kernel the padded input is laid out [N, C/cb, H, W, cb] (inputs of at most 32 channels, and
+inputs of small maps that need no padding copy, stay NCHW, read in place), the weights [O/16, C/cb, KH, KW, cb, 16] and the accumulators [N, O/16, OH, OW, 16];
 the register tile is 16 output channels (two vectors) x 4 output pixels, with the input channels, then
 the kernel window, then the channels of a block as the reduction. The epilogue (bias, residual add,
 ReLU) runs on the tile where it is written back to NCHW, four pixels a vector. A conv of at most 27
@@ -30,6 +30,11 @@ PARALLEL_COPY = 1 << 13
 # into NCHW[cb]c: packing is a gather whose cost is not paid back by the few channels a tile reads
 # (32->32 3x3 at 32x32: 123 -> 111 us; 16 channels at 64x64: 130 -> 120; 64 channels at 56x56 loses 7%).
 NCHW_INPUT_CHANNELS = 32
+# Any input is read in place, NCHW, when it needs no padding copy (an unpadded conv, or a zero-bordered
+# input: plan-memory's conv-borders) and the output maps are this small: the pack costs more than the
+# blocked reads save (3x3 64->64 at 16x16: 127 -> 116 us; 128 at 4x4: 40 -> 38); from 14x14 up it is
+# even, and at 28x28 packing wins by 5%.
+NCHW_SMALL_MAP = 256
 # Convs whose outputs sum at most this many products (input channels x window) use the pixel tile.
 PIXEL_TILE_REDUCTION = 27
 PIXEL_TILE_CHANNELS = 4
@@ -122,7 +127,7 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     ob, px = tile(ow, ob, vl)
 
     # Layouts: the input (the pad stage's buffer, or a copy of x), the weights, the accumulators.
-    nchw_input = ci <= NCHW_INPUT_CHANNELS
+    nchw_input = ci <= NCHW_INPUT_CHANNELS or (pad is None and oh * ow <= NCHW_SMALL_MAP)
     if pad is None and not nchw_input:
         pad = sch.cache_read(conv, _read_index(sch, conv, c.x_buf), "global")
     if pad is not None and not nchw_input:

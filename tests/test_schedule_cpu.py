@@ -255,7 +255,10 @@ def conv_loops(x, w, stride, pad) -> np.ndarray:
         (1, 16, 6, 10, 8, 1, 1, 0, True, "conv2d"),
         (1, 5, 7, 7, 24, 5, 1, 2, False, "conv2d"),
         (1, 64, 7, 7, 32, 3, 1, 1, True, "conv2d"),  # rows of 7: a 7-pixel tile of one vector
-        (1, 16, 14, 14, 16, 3, 1, 1, False, "conv2d"),  # rows of 14: the same tile twice a row
+        (1, 16, 14, 14, 16, 3, 1, 1, False, "conv2d"),  # 14x14: 4-pixel tiles over the flat pixel index
+        (2, 8, 12, 6, 16, 3, 1, 1, True, "conv2d"),  # rows of 6, 72 pixels a map: flat, tiles span rows
+        (1, 48, 28, 28, 32, 3, 2, 1, True, "conv2d"),  # stride 2 to 14x14, packed input: flat
+        (1, 40, 10, 10, 16, 1, 1, 0, False, "conv2d"),  # 1x1 on a small unpadded map: NCHW in place, flat
         # 27 products or fewer per output, unit stride along W, rows of 16: the pixel tile.
         (1, 3, 8, 16, 8, 3, 1, 1, True, "conv2d"),
         (2, 2, 5, 18, 4, 3, 1, 0, False, "conv2d"),

@@ -223,9 +223,10 @@ def _pixel_tile(sch: s_tir.Schedule, conv, out, pad, vl: int) -> None:
 
 def tile(ow: int, ob: int, vl: int) -> tuple[int, int]:
     """The register tile: `ob` output channels (one or two vectors) x `px` pixels of a row, `px` dividing
-    the row. Rows of 7 and 14 (ResNet's last stages) take 7 pixels of one vector: two vectors would need
-    14 accumulators and spill, and the fallback of 1 or 2 pixels reloads each weight vector for every
-    pixel (512->512 3x3 at 7x7: 48 -> 149 GFLOP/s; 256->256 at 14x14: 99 -> 155)."""
+    the row. Rows of 7 (ResNet's last stage; rows of 14 take 4-pixel tiles of the flat map instead, see
+    `apply`) take 7 pixels of one vector: two vectors would need 14 accumulators and spill (single
+    thread: 62 -> 44 GFLOP/s), and the fallback of 1 or 2 pixels reloads each weight vector for every
+    pixel (512->512 3x3 at 7x7: 48 -> 149 GFLOP/s on two threads)."""
     if ow % 4 == 0:
         return ob, 4
     if ow % 7 == 0:

@@ -16,7 +16,6 @@ intermediates: they live outside the arena.
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -238,7 +237,7 @@ def _check(module: Module, f: Func) -> list[str]:
             where[op.result] = (lo, hi)
             continue
         if op.name == "mem.alloc" and op.pads:  # shared by bordered tensors: bytes of their own, past the arena
-            size = math.prod(op.padded_shape) * op.result.type.nbytes // max(op.result.type.size, 1)
+            size = op.padded_bytes
             where[op.result] = (beyond, beyond + size)
             beyond += size
             continue
@@ -340,7 +339,7 @@ def plan_stats(f: Func, unit: int = 1) -> dict[str, int]:
     for op in f.ops:
         if op.name == "mem.alloc" and op.pads:
             where[op.result] = op  # a buffer of its own: nothing else shares it
-            bordered += _nbytes(op.padded_shape, op.result.type)
+            bordered += op.padded_bytes
     last: dict[Value, int] = {}
     for i, op in enumerate(steps):
         for v in op.operands[: len(op.operands) - len(op.results)]:
@@ -366,7 +365,3 @@ def plan_stats(f: Func, unit: int = 1) -> dict[str, int]:
             blocks[r] = b
     return {"arena_bytes": arena + bordered, "naive_bytes": naive,
             "lower_bound_bytes": lower_bound(list(dict.fromkeys(blocks.values()))), "bordered_bytes": bordered}
-
-
-def _nbytes(shape: tuple[int, ...], t) -> int:
-    return math.prod(shape) * t.nbytes // max(t.size, 1) if t.size else 0

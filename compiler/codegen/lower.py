@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from compiler.diagnostics import GCError
 from compiler.ir import Func, Module, Op, Value
+from dialects.mem import padded_shape
 
 
 @dataclass
@@ -129,11 +130,6 @@ def lower_kernel(k: Kernel, func: Func | None = None):
         prim = declare_strides(prim, strides)
     k.prim_func = prim.with_attr("global_symbol", k.name)
     return k.prim_func
-
-
-def padded_shape(shape, pads) -> tuple[int, ...]:
-    r = len(shape)
-    return tuple(int(d) + lo + hi for d, lo, hi in zip(shape, pads[:r], pads[r:]))
 
 
 def _compact_strides(shape) -> tuple[int, ...]:

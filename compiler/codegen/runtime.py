@@ -18,6 +18,7 @@ import numpy as np
 
 from compiler.diagnostics import GCError
 from compiler.ir import DType
+from dialects.mem import padded_shape
 
 FORMAT = "gcpkg-1"
 ALIGN = 64
@@ -58,7 +59,7 @@ class CompiledModel:
                 self._bufs[i] = _view(self._bufs[b["arena"]], b["offset"], tuple(b["shape"]), dtype, self._views)
             elif b["kind"] == "bordered":  # zeros once: kernels write only the interior, so the border stays 0
                 shape, pads = tuple(b["shape"]), b["pads"]
-                full = tuple(d + lo + hi for d, lo, hi in zip(shape, pads[: len(shape)], pads[len(shape) :]))
+                full = padded_shape(shape, pads)
                 buf = tvm.runtime.tensor(np.zeros(full, DType(b["dtype"]).np), self.device)
                 self._whole[i] = buf
                 strides = [int(np.prod(full[k + 1 :])) for k in range(len(full))]

@@ -32,7 +32,6 @@ bordered-bytes (the zero-bordered buffers, outside the arena; part of arena-byte
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 from compiler.diagnostics import GCError
@@ -42,7 +41,7 @@ from compiler.passes import Pass
 from compiler.passes.fuse import unique_name
 from dialects.exec import Copy, Launch
 from dialects.graph.creation import Call
-from dialects.mem import Alloc, Arena, View
+from dialects.mem import Alloc, Arena, View, padded_bytes
 
 IN_PLACE_KINDS = frozenset({"elementwise", "broadcast", "constant"})
 
@@ -182,7 +181,7 @@ def _plan(module: Module, f: Func, align: int, in_place: bool, concurrent: bool,
     # Bordered buffers are never shared; where they would make the plan bigger than a buffer per tensor
     # (a short chain of convs: little else to share), the convs copy their input padded instead.
     shared = _share_borders(borders, every)
-    bordered = sum(_padded_bytes(group[0], borders[group[0]]) for group in shared)
+    bordered = sum(padded_bytes(group[0].type, borders[group[0]]) for group in shared)
     if borders and size + bordered > sum(lt.value.type.nbytes for lt in every):
         return _plan(module, f, align, in_place, concurrent, {})
     _rewrite(f, steps, block_of, size, align, borders, shared)
@@ -213,11 +212,6 @@ def _share_borders(borders: dict[Value, tuple[int, ...]], lts) -> list[list[Valu
             groups.append(g)
             free.setdefault(key, []).append(g)
     return groups
-
-
-def _padded_bytes(v: Value, pads: tuple[int, ...]) -> int:
-    r = v.type.rank
-    return v.type.nbytes // max(v.type.size, 1) * math.prod(d + lo + hi for d, lo, hi in zip(v.type.shape, pads[:r], pads[r:]))
 
 
 class _Order:

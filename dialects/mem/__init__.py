@@ -18,6 +18,8 @@ two live tensors overlap computes wrong numbers there too.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from compiler.ir import Dialect, DType, Module, Op, TensorType, attribute, operand
@@ -94,10 +96,12 @@ class Alloc(Op, name="mem.alloc"):
     @property
     def padded_shape(self) -> tuple[int, ...]:
         """The whole buffer's shape (the tensor's own without pads)."""
-        t = self.result.type
-        if not self.pads:
-            return t.shape
-        return tuple(d + lo + hi for d, lo, hi in zip(t.shape, self.pads[: t.rank], self.pads[t.rank :]))
+        return padded_shape(self.result.type.shape, self.pads)
+
+    @property
+    def padded_bytes(self) -> int:
+        """The whole buffer's bytes, border included."""
+        return padded_bytes(self.result.type, self.pads)
 
     def interpret(self, module: Module, arrays: list[np.ndarray]) -> list[np.ndarray]:
         t = self.result.type
@@ -110,6 +114,18 @@ class Alloc(Op, name="mem.alloc"):
 
     def flops(self) -> int:
         return 0
+
+
+def padded_shape(shape: tuple[int, ...], pads) -> tuple[int, ...]:
+    """`shape` grown by `pads` ([begin per dim..., end per dim...]); `shape` itself without pads."""
+    if not pads:
+        return tuple(shape)
+    r = len(shape)
+    return tuple(int(d) + lo + hi for d, lo, hi in zip(shape, pads[:r], pads[r:]))
+
+
+def padded_bytes(t: TensorType, pads) -> int:
+    return math.prod(padded_shape(t.shape, pads)) * t.dtype.itemsize
 
 
 def _written_type(op: Op) -> TensorType:

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from compiler.diagnostics import GCError
 from compiler.ir import Func, Module, Op, Value
-from dialects.mem import padded_shape
+from dialects.mem import padded_shape, padded_strides
 
 
 @dataclass
@@ -97,7 +97,7 @@ def lower_kernel(k: Kernel, func: Func | None = None):
         if view == "whole":
             whole.add(v)
         elif view == "interior":
-            strides[i] = _compact_strides(padded_shape(v.type.shape, pads))
+            strides[i] = padded_strides(v.type.shape, pads)
         k.in_views.append(view)
         t = te.placeholder(shape, v.type.dtype.tvm, name=f"p{i}")
         env[v] = t
@@ -124,20 +124,12 @@ def lower_kernel(k: Kernel, func: Func | None = None):
     for j, v in enumerate(results):
         pads = k.out_pads[j] if j < len(k.out_pads) else None
         if pads is not None:
-            strides[first_out + j] = _compact_strides(padded_shape(v.type.shape, pads))
+            strides[first_out + j] = padded_strides(v.type.shape, pads)
     prim = te.create_prim_func([*placeholders, *[t for _, t in consts], *outs])
     if strides:
         prim = declare_strides(prim, strides)
     k.prim_func = prim.with_attr("global_symbol", k.name)
     return k.prim_func
-
-
-def _compact_strides(shape) -> tuple[int, ...]:
-    out, step = [], 1
-    for d in reversed(shape):
-        out.append(step)
-        step *= d
-    return tuple(reversed(out))
 
 
 def _reads_padded(ops: list[Op], v: Value, pads: tuple[int, ...]) -> bool:

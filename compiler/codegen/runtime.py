@@ -18,7 +18,7 @@ import numpy as np
 
 from compiler.diagnostics import GCError
 from compiler.ir import DType
-from dialects.mem import padded_shape
+from dialects.mem import padded_shape, padded_strides
 
 FORMAT = "gcpkg-1"
 ALIGN = 64
@@ -59,12 +59,11 @@ class CompiledModel:
                 self._bufs[i] = _view(self._bufs[b["arena"]], b["offset"], tuple(b["shape"]), dtype, self._views)
             elif b["kind"] == "bordered":  # zeros once: kernels write only the interior, so the border stays 0
                 shape, pads = tuple(b["shape"]), b["pads"]
-                full = padded_shape(shape, pads)
-                buf = tvm.runtime.tensor(np.zeros(full, DType(b["dtype"]).np), self.device)
+                buf = tvm.runtime.tensor(np.zeros(padded_shape(shape, pads), DType(b["dtype"]).np), self.device)
                 self._whole[i] = buf
-                strides = [int(np.prod(full[k + 1 :])) for k in range(len(full))]
+                strides = padded_strides(shape, pads)
                 offset = sum(lo * st for lo, st in zip(pads[: len(shape)], strides)) * buf.dtype.itemsize
-                self._bufs[i] = _view(buf, offset, shape, dtype, self._views, strides)
+                self._bufs[i] = _view(buf, offset, shape, dtype, self._views, list(strides))
             elif b["kind"] == "whole":
                 self._bufs[i] = self._whole[b["of"]]
         self._arg_slots = [next(i for i, b in enumerate(plan["buffers"]) if b["kind"] == "arg" and b["index"] == k)

@@ -178,8 +178,9 @@ def _plan(module: Module, f: Func, align: int, in_place: bool, concurrent: bool,
                 apart.setdefault(o, set()).add(t)
                 apart.setdefault(t, set()).add(o)
     size = place(blocks, align, conflict=order.conflict if order else None, apart=apart)
-    # Bordered buffers are never shared; where they would make the plan bigger than a buffer per tensor
-    # (a short chain of convs: little else to share), the convs copy their input padded instead.
+    # Bordered buffers are shared only by tensors of one shape and border; where they would make the plan
+    # bigger than a buffer per tensor (a short chain of convs: little else to share), the convs copy
+    # their input padded instead.
     shared = _share_borders(borders, every)
     bordered = sum(padded_bytes(group[0].type, borders[group[0]]) for group in shared)
     if borders and size + bordered > sum(lt.value.type.nbytes for lt in every):
@@ -200,17 +201,17 @@ def _share_borders(borders: dict[Value, tuple[int, ...]], lts) -> list[list[Valu
     hold many maps of one shape, few alive at once)."""
     life = {lt.value: lt for lt in lts}
     groups: list[list[Value]] = []
-    free: dict[tuple, list[list[Value]]] = {}
+    by_key: dict[tuple, list[list[Value]]] = {}
     for v in sorted(borders, key=lambda v: life[v].start):
         key = (v.type.shape, str(v.type.dtype), borders[v])
-        done = [g for g in free.get(key, []) if life[g[-1]].end < life[v].start]
+        done = [g for g in by_key.get(key, []) if life[g[-1]].end < life[v].start]
         if done:
             g = min(done, key=lambda g: life[g[-1]].end)
             g.append(v)
         else:
             g = [v]
             groups.append(g)
-            free.setdefault(key, []).append(g)
+            by_key.setdefault(key, []).append(g)
     return groups
 
 

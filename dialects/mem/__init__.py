@@ -124,6 +124,15 @@ def padded_shape(shape: tuple[int, ...], pads) -> tuple[int, ...]:
     return tuple(int(d) + lo + hi for d, lo, hi in zip(shape, pads[:r], pads[r:]))
 
 
+def padded_strides(shape: tuple[int, ...], pads) -> tuple[int, ...]:
+    """Element strides of the whole padded buffer: those of the interior view of a bordered tensor."""
+    out, step = [], 1
+    for d in reversed(padded_shape(shape, pads)):
+        out.append(step)
+        step *= d
+    return tuple(reversed(out))
+
+
 def padded_bytes(t: TensorType, pads) -> int:
     return math.prod(padded_shape(t.shape, pads)) * t.dtype.itemsize
 

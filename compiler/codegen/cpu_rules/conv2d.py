@@ -149,31 +149,23 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     else:
         wp = sch.cache_read(conv, _read_index(sch, conv, c.w_buf), "global")
         sch.transform_layout(wp, ("write", 0), blocked)
-    if flat:  # accumulators by flat pixel index, so that a tile's region is exact
-        sch.transform_layout(conv, ("write", 0), lambda a, b, h, w: (a, b // ob, h * ow + w, b % ob))
-    else:
-        sch.transform_layout(conv, ("write", 0), lambda a, b, h, w: (a, b // ob, h, w, b % ob))
-
     if flat:
         # The conv, its accumulators and the write-back all iterate one flat pixel index, so that a tile's
         # region is exact (as rows and columns, a tile spanning two rows is a box of both whole rows).
+        sch.transform_layout(conv, ("write", 0), lambda a, b, h, w: (a, b // ob, h * ow + w, b % ob))
         sch.transform_block_layout(conv, lambda a, b, h, w, c, y, x: (a, b, h * ow + w, c, y, x))
         sch.transform_block_layout(out, lambda a, b, h, w: (a, b, h * ow + w))
         i_n, i_o, i_p, r_c, r_h, r_w = sch.get_loops(conv)
+        rows, (wo, wi) = [], sch.split(i_p, [None, px])
     else:
+        sch.transform_layout(conv, ("write", 0), lambda a, b, h, w: (a, b // ob, h, w, b % ob))
         i_n, i_o, i_h, i_w, r_c, r_h, r_w = sch.get_loops(conv)
+        rows, (wo, wi) = [i_h], sch.split(i_w, [None, px])
     oo, oi = sch.split(i_o, [None, ob])
     co, cc = sch.split(r_c, [None, cb])
-    if flat:
-        wo, wi = sch.split(i_p, [None, px])
-        sch.reorder(i_n, oo, wo, co, r_h, r_w, cc, wi, oi)
-        sch.reverse_compute_at(out, wo)
-        sch.parallel(sch.fuse(i_n, oo, wo))
-    else:
-        wo, wi = sch.split(i_w, [None, px])
-        sch.reorder(i_n, oo, i_h, wo, co, r_h, r_w, cc, wi, oi)
-        sch.reverse_compute_at(out, wo)
-        sch.parallel(sch.fuse(i_n, oo, i_h))
+    sch.reorder(i_n, oo, *rows, wo, co, r_h, r_w, cc, wi, oi)
+    sch.reverse_compute_at(out, wo)
+    sch.parallel(sch.fuse(i_n, oo, *(rows or [wo])))  # rows in parallel; flat: every tile
     sch.vectorize(oi)
     sch.unroll(wi)
     sch.unroll(r_w)

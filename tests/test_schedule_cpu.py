@@ -255,8 +255,8 @@ def conv_loops(x, w, stride, pad) -> np.ndarray:
         (1, 16, 6, 10, 8, 1, 1, 0, True, "conv2d"),
         (1, 5, 7, 7, 24, 5, 1, 2, False, "conv2d"),
         (1, 64, 7, 7, 32, 3, 1, 1, True, "conv2d"),  # rows of 7: a 7-pixel tile of one vector
-        (1, 16, 14, 14, 16, 3, 1, 1, False, "conv2d"),  # 14x14: 4-pixel tiles over the flat pixel index
-        (2, 8, 12, 6, 16, 3, 1, 1, True, "conv2d"),  # rows of 6, 72 pixels a map: flat, tiles span rows
+        (1, 16, 14, 14, 16, 3, 1, 1, False, "conv2d"),  # 14x14, one channel block: 4-pixel flat tiles
+        (2, 8, 12, 6, 16, 3, 1, 1, True, "conv2d"),  # rows of 6, 72 pixels a map: 6-pixel flat tiles
         (1, 48, 28, 28, 32, 3, 2, 1, True, "conv2d"),  # stride 2 to 14x14, packed input: flat
         (1, 40, 10, 10, 16, 1, 1, 0, False, "conv2d"),  # 1x1 on a small unpadded map: NCHW in place, flat
         # 27 products or fewer per output, unit stride along W, rows of 16: the pixel tile.
@@ -278,6 +278,44 @@ def test_conv2d_matches_loops(n, c, h, w, o, k, stride, pad, bias, rule) -> None
         want = np.maximum(want + arrays[2][None, :, None, None], 0)
     assert used == rule
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "n,c,h,o,k,stride,pad",
+    [
+        (1, 32, 7, 64, 3, 1, 1),  # 49 pixels: 8 tiles of 6 and one of 1; two chunks of 16 input channels
+        (2, 16, 14, 32, 1, 1, 0),  # 1x1, 196 pixels: a last tile of 4; all input channels in one chunk
+        (1, 48, 28, 32, 3, 2, 1),  # stride 2 to 14x14, the input packed NCHW16c
+        (1, 64, 9, 48, 3, 1, 0),  # 7x7 from an unpadded 9x9 map, read NCHW in place; 3 channel blocks
+    ],
+)
+def test_conv2d_flat_tiles_with_a_short_last_tile(monkeypatch, n, c, h, o, k, stride, pad) -> None:
+    """Rows that 4 does not divide: 6-pixel tiles of the flattened map, the last one cut short by a
+    predicate that loop partitioning peels off; the tiles sweep the map once per chunk of input channels.
+    With one core, two output-channel blocks are enough parallel work for it."""
+    from compiler.codegen.cpu_rules import conv2d
+
+    monkeypatch.setattr(conv2d, "_cores", lambda: 1)
+    ins, out = conv_te(n, c, h, h, o, k, k, stride, pad, True)
+    script = schedule_cpu.schedule(te.create_prim_func([*ins, out]), ANCHOR).script()
+    assert "pragma_loop_partition_hint" in script and " < " in script  # the predicate of the last tile
+    x, wt, b = rand((n, c, h, h)), rand((o, c, k, k)), rand((o,))
+    got, rule = run([*ins, out], ANCHOR, x, wt, b)
+    assert rule == "conv2d"
+    want = np.maximum(conv_loops(x, wt, stride, pad) + b[None, :, None, None], 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_flat_tiles_need_parallel_work_for_every_core(monkeypatch) -> None:
+    """A short last tile keeps the parallel loop to (images, output-channel blocks): with fewer than two
+    of those a core, maps of 4k pixels take whole 4-pixel tiles, in parallel over every tile."""
+    from compiler.codegen.cpu_rules import conv2d
+
+    ins, out = conv_te(1, 32, 14, 14, 32, 3, 3, 1, 1, False)
+    monkeypatch.setattr(conv2d, "_cores", lambda: 8)
+    assert "pragma_loop_partition_hint" not in schedule_cpu.schedule(te.create_prim_func([*ins, out]), ANCHOR).script()
+    monkeypatch.setattr(conv2d, "_cores", lambda: 1)
+    assert "pragma_loop_partition_hint" in schedule_cpu.schedule(te.create_prim_func([*ins, out]), ANCHOR).script()
 
 
 @pytest.mark.parametrize("c, blocked", [(32, False), (48, True)])

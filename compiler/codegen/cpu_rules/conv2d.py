@@ -1,25 +1,26 @@
 """conv2d rule: direct convolution in a channel-blocked layout, NCHW at the kernel's edges (TVM notes §10).
 
 Inside the kernel the padded input is laid out [N, C/cb, H, W, cb] (inputs of at most 32 channels, and
-inputs of small maps that need no padding copy, stay NCHW, read in place), the weights [O/16, C/cb, KH, KW, cb, 16] and the accumulators [N, O/16, OH, OW, 16];
-the register tile is 16 output channels (two vectors) x 4 output pixels, with the input channels, then
-the kernel window, then the channels of a block as the reduction (pixels of a row, or of the flattened
-map when rows are not a multiple of 4). The epilogue (bias, residual add, ReLU) runs on the tile where
-it is written back to NCHW, four pixels a vector. A conv of at most 27
-products an output (a net's first, on RGB) takes a tile of pixel vectors instead (`_pixel_tile`).
+inputs of small maps that need no padding copy, stay NCHW, read in place), the weights
+[O/16, C/cb, KH, KW, cb, 16] and the accumulators [N, O/16, OH, OW, 16]; the register tile is 16 output
+channels (two vectors) x 4 output pixels of a row, with the input channels, then the kernel window, then
+the channels of a block as the reduction. Maps whose rows 4 does not divide (ResNet's 14x14 and 7x7) take
+6-pixel tiles of the flattened map instead (`flat_tile`). The epilogue (bias, residual add, ReLU) runs on
+the tile where it is written back to NCHW, four pixels a vector. A conv of at most 27 products an output
+(a net's first, on RGB) takes a tile of pixel vectors instead (`_pixel_tile`).
 3x3 32->32 @32x32: 121 us against ORT's 125 us in the notes.
 Grouped and depthwise convolutions are not this rule's: their channel index is an expression.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 from tvm import s_tir, tirx
 from tvm.ir.expr import TensorLoad
 
 from compiler.codegen.cpu_rules.common import REDUCE, Context, blocks, extent, lanes, static, try_vectorize
-
 
 # Weights passed per call are repacked per call: in parallel only from this many elements on (waking
 # the thread pool costs more than copying a small conv's weights on one core).
@@ -39,6 +40,12 @@ NCHW_SMALL_MAP = 256
 # Convs whose outputs sum at most this many products (input channels x window) use the pixel tile.
 PIXEL_TILE_REDUCTION = 27
 PIXEL_TILE_CHANNELS = 4
+# Pixels of a tile of the flattened map (see `flat_tile`).
+FLAT_TILE = 6
+# Flat tiles with a short last tile sweep the map once per chunk of input channels whose weights for a
+# tile's output channels take at most this much (half of L1): one 16-channel block of a 3x3 conv (9 KB),
+# 16 of a 1x1 conv, whose short reduction would otherwise reload the accumulators too often.
+CHUNK_WEIGHT_BYTES = 16 << 10
 
 
 @dataclass
@@ -100,6 +107,11 @@ def _divisor(n: int, choices: tuple[int, ...]) -> int:
     return next((d for d in choices if n % d == 0), 1)
 
 
+def _divisor_le(n: int, most: int) -> int:
+    """The largest divisor of n that is at most `most`."""
+    return max(d for d in range(1, min(n, most) + 1) if n % d == 0)
+
+
 def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     ctx = ctx or Context()
     c = match(sch)
@@ -125,11 +137,11 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
         _pixel_tile(sch, conv, out, pad, vl)
         return True
     cb = _divisor(ci, (16, 32, 8, 24, 12, 4, 6, 3, 2))
-    # Rows that 4 does not divide (14x14: ResNet's third stage) take 4-pixel tiles over the flat pixel
-    # index, where 4 divides the map: a tile may span two rows (256->256 3x3 at 14x14: 1718 -> 1480 us,
-    # 64 channels: 146 -> 120, against the 7-pixel single-vector tile of `tile`).
-    flat = ow % 4 != 0 and (oh * ow) % 4 == 0
-    ob, px = (ob, 4) if flat else tile(ow, ob, vl)
+    px = flat_tile(n * (o // ob), oh * ow) if ow % 4 != 0 and ob == 2 * vl else 0
+    flat = px > 0
+    tail = flat and (oh * ow) % px != 0
+    if not flat:
+        ob, px = tile(ow, ob, vl)
 
     # Layouts: the input (the pad stage's buffer, or a copy of x), the weights, the accumulators.
     nchw_input = ci <= NCHW_INPUT_CHANNELS or (pad is None and oh * ow <= NCHW_SMALL_MAP)
@@ -163,22 +175,42 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
         rows, (wo, wi) = [i_h], sch.split(i_w, [None, px])
     oo, oi = sch.split(i_o, [None, ob])
     co, cc = sch.split(r_c, [None, cb])
-    sch.reorder(i_n, oo, *rows, wo, co, r_h, r_w, cc, wi, oi)
-    sch.reverse_compute_at(out, wo)
-    sch.parallel(sch.fuse(i_n, oo, *(rows or [wo])))  # rows in parallel; flat: every tile
+    if tail:
+        # The last tile is cut short by a predicate that TVM's loop partitioning peels off (the hint), so
+        # the other tiles run without it. The input-channel blocks go around the tiles: a block's weights
+        # (16 x 3 x 3 x 16 floats, 9 KB) stay in L1 while every tile of the map uses them, where the tile
+        # order streamed all of a 512-channel conv's weights (295 KB) through L1 once per tile (512->512
+        # at 7x7, one thread: 3754 -> 3171 us). The accumulators stay in memory between blocks; they are
+        # written back once the map is done, as the channel blocks and the parallel loop are over (n, o).
+        per = max(1, CHUNK_WEIGHT_BYTES // (cb * kh * kw * ob * 4))
+        co_o, co = sch.split(co, [None, _divisor_le(ci // cb, per)])
+        sch.reorder(i_n, oo, co_o, wo, co, r_h, r_w, cc, wi, oi)
+        par = sch.fuse(i_n, oo)
+        sch.reverse_compute_at(out, par)
+        sch.annotate(wo, "pragma_loop_partition_hint", 1)
+    else:
+        sch.reorder(i_n, oo, *rows, wo, co, r_h, r_w, cc, wi, oi)
+        sch.reverse_compute_at(out, wo)
+        par = sch.fuse(i_n, oo, *(rows or [wo]))  # rows in parallel; flat: every tile
+    sch.parallel(par)
     sch.vectorize(oi)
     sch.unroll(wi)
-    sch.unroll(r_w)
-    init = sch.decompose_reduction(conv, co)
+    if (ob // vl) * px <= 8:
+        # Unrolled taps share their input loads (a pixel's right neighbour is the next tap's pixel); with
+        # the 12 accumulators of a 6-pixel tile, keeping those shared loads live spills registers.
+        sch.unroll(r_w)
+    init = sch.decompose_reduction(conv, co_o if tail else co)
     try_vectorize(sch, sch.get_loops(init)[-1], ob)
     # NCHW write-back: the tile's pixels are contiguous along W, so the last loop vectorizes; its channels
     # unrolled, so that the strided reads of the accumulators overlap (with a residual input: 147 -> 135 us).
-    if flat:
+    if tail:
+        pass  # the whole map at once, pixels innermost: contiguous NCHW writes
+    elif flat:
         sch.unroll(sch.get_loops(out)[-1])  # a tile's pixels may span two rows: no vector store
     else:
         try_vectorize(sch, sch.get_loops(out)[-1], px)
     out_loops = sch.get_loops(out)
-    if len(out_loops) >= 2 and (extent(sch, out_loops[-2]) or 0) == ob:
+    if not tail and len(out_loops) >= 2 and (extent(sch, out_loops[-2]) or 0) == ob:
         sch.unroll(out_loops[-2])
 
     if pad is not None and nchw_input:
@@ -213,10 +245,26 @@ def _pixel_tile(sch: s_tir.Schedule, conv, out, pad, vl: int) -> None:
         _pad_loops(sch, pad)
 
 
+def flat_tile(chunks: int, pixels: int) -> int:
+    """Pixels a tile of the flattened map takes (rows that 4 does not divide: ResNet's 14x14 and 7x7), 0 for
+    none. FLAT_TILE pixels x 16 channels make 12 accumulators, which keep both FMA pipes busy (8 leave
+    them waiting on FMA latency): 256->256 at 14x14 2667 -> 2518 us, 512->512 at 7x7 3754 -> 3410 us on
+    one thread. Where the map is no multiple of it, the tile of the last pixels is cut short, which
+    the parallel loop must not cross: the convolution then needs `chunks` (images x output-channel
+    blocks) to keep every core busy."""
+    if pixels % FLAT_TILE == 0 or chunks >= 2 * _cores():
+        return FLAT_TILE
+    return 4 if pixels % 4 == 0 else 0
+
+
+def _cores() -> int:
+    return os.cpu_count() or 1
+
+
 def tile(ow: int, ob: int, vl: int) -> tuple[int, int]:
     """The register tile: `ob` output channels (one or two vectors) x `px` pixels of a row, `px` dividing
-    the row. Rows of 7 (ResNet's last stage; rows of 14 take 4-pixel tiles of the flat map instead, see
-    `apply`) take 7 pixels of one vector: two vectors would need 14 accumulators and spill (single
+    the row. Rows of 7 (ResNet's last stage, where `flat_tile` declines: too few output-channel blocks to
+    share among the cores) take 7 pixels of one vector: two vectors would need 14 accumulators and spill (single
     thread: 62 -> 44 GFLOP/s), and the fallback of 1 or 2 pixels reloads each weight vector for every
     pixel (512->512 3x3 at 7x7: 48 -> 149 GFLOP/s on two threads)."""
     if ow % 4 == 0:

@@ -80,6 +80,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="then time every kernel of the compiled model, N runs each (default 100), and print "
                    "a table: microseconds, share, GFLOP/s, GB/s, source line (a .gir file compiles for llvm "
                    "unless --target says cuda)")
+    r.add_argument("--in-call", action="store_true",
+                   help="with --profile: time each kernel inside whole calls, caches as a call leaves them "
+                   "(as ONNX Runtime's profiler does), not on its own N times in a row")
     r.set_defaults(func=cmd_run)
 
     o = sub.add_parser("opt", help="parse, verify, transform and print a .gir module",
@@ -442,6 +445,8 @@ def cmd_run(args) -> int:
     from compiler.interpreter import bind_inputs, run_func
     from compiler.parser import parse
 
+    if args.in_call and args.profile is None:
+        raise UsageError("--in-call says how --profile times the kernels: give --profile too")
     if _is_artifact(args.file):
         return _run_artifact(args)
     text, name = _read(args.file)
@@ -469,7 +474,7 @@ def cmd_run(args) -> int:
         outs = model(*inputs)
     _report(args, outs, [str(t) for t in f.result_types])
     if args.profile is not None:
-        print(model.profile(*inputs, repeat=args.profile).render())
+        print(model.profile(*inputs, repeat=args.profile, in_call=args.in_call).render())
     return 0
 
 
@@ -496,7 +501,7 @@ def _run_artifact(args) -> int:
     outs = model(**given)
     _report(args, outs, model.plan["result_types"])
     if args.profile is not None:
-        print(model.profile(**given, repeat=args.profile).render())
+        print(model.profile(**given, repeat=args.profile, in_call=args.in_call).render())
     return 0
 
 

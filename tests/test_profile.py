@@ -62,6 +62,26 @@ def test_render_is_a_table_with_every_kernel(model) -> None:
     assert lines[-1].startswith("kernels ") and "whole call" in lines[-1]
 
 
+@pytest.mark.parametrize("in_call", [False, True])
+def test_steps_are_timed_alone_or_inside_whole_calls(model, monkeypatch, in_call: bool) -> None:
+    """Isolated: each step runs its warmup and repeats back to back (warm caches). In a call: the steps
+    run in plan order, `repeat` times over, as a call leaves the caches (like ONNX Runtime's profiler)."""
+    order: list[int] = []
+    plain = model._plain_calls()
+
+    def logged():
+        def wrap(i, fn):
+            return lambda *a: (order.append(i), fn(*a))
+        return [(wrap(i, fn), idx) for i, (fn, idx) in enumerate(plain)]
+
+    monkeypatch.setattr(model, "_plain_calls", logged)
+    p = model.profile(X, W, B, repeat=3, warmup=2, in_call=in_call)
+    assert order == ([0, 1] * 3 if in_call else [0] * 5 + [1] * 5)
+    assert p.in_call == in_call and all(r.us > 0 for r in p.rows)
+    how = "timed inside 3 whole calls" if in_call else "median of 3 runs each"
+    assert p.render().splitlines()[0].endswith(f"{how} (microseconds)")
+
+
 def test_bad_repeat_and_bad_inputs_are_clear_errors(model) -> None:
     with pytest.raises(GCError, match="repeat must be at least 1"):
         model.profile(X, W, B, repeat=0)
@@ -89,3 +109,7 @@ def test_gc_run_profile(tmp_path: Path) -> None:
     assert r.returncode == 0 and "result0" in r.stdout and "net.gir:5" in r.stdout, r.stderr
     r = gc("run", str(src), "--random-inputs", "0", "--profile", "--target", "interp")
     assert r.returncode == 2 and "--target llvm or cuda" in r.stderr
+    r = gc("run", str(src), "--random-inputs", "0", "--profile", "2", "--in-call", "--quiet")
+    assert r.returncode == 0 and "timed inside 2 whole calls" in r.stdout, r.stderr
+    r = gc("run", str(src), "--random-inputs", "0", "--in-call")
+    assert r.returncode == 2 and "give --profile too" in r.stderr

@@ -43,6 +43,7 @@ class Profile:
     repeat: int
     target: str
     notes: list[str] = field(default_factory=list)
+    in_call: bool = False  # steps timed inside whole calls, not each on its own
 
     @property
     def kernels_us(self) -> float:
@@ -65,7 +66,8 @@ class Profile:
             padded = (c.rjust(w) if i in right else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths)))
             return "  ".join(padded).rstrip()
 
-        out = [f"profile: {len(self.rows)} steps on {self.target}, median of {self.repeat} runs each (microseconds)",
+        how = f"timed inside {self.repeat} whole calls" if self.in_call else f"median of {self.repeat} runs each"
+        out = [f"profile: {len(self.rows)} steps on {self.target}, {how} (microseconds)",
                line(head), line(["-" * w for w in widths])]
         out += [line(b) for b in body]
         overhead = self.call_us - self.kernels_us
@@ -75,8 +77,13 @@ class Profile:
         return "\n".join(out)
 
 
-def profile(model, args, kwargs, repeat: int = 100, warmup: int = 10) -> Profile:
-    """Time each step of `model`'s plan, then whole calls; `args`/`kwargs` as the model takes them."""
+def profile(model, args, kwargs, repeat: int = 100, warmup: int = 10, in_call: bool = False) -> Profile:
+    """Time each step of `model`'s plan, then whole calls; `args`/`kwargs` as the model takes them.
+
+    Each step runs `repeat` times on its own (isolated: its operands and weights stay in cache from the
+    step's previous run), or, with `in_call`, is timed inside `repeat` whole calls, the steps in plan
+    order: caches as a call leaves them, the way ONNX Runtime's profiler times its nodes. The two differ
+    where a kernel's weights or inputs fall out of cache between calls (a large final matmul)."""
     from compiler.diagnostics import GCError
 
     if repeat < 1:
@@ -88,19 +95,28 @@ def profile(model, args, kwargs, repeat: int = 100, warmup: int = 10) -> Profile
     for _ in range(warmup):  # a fresh process: thread pool, clock and first-touch of the workspaces
         model(*args, **kwargs)
     steps = [c for c in model.plan["calls"] if "kernel" in c or "copy" in c]
-    rows = []
-    for i, (c, (fn, idx)) in enumerate(zip(steps, model._plain_calls())):
-        operands = [bufs[j] for j in idx]
-        for _ in range(warmup):
-            fn(*operands)
-        sync()
-        times = []
+    plain = [(fn, [bufs[j] for j in idx]) for fn, idx in model._plain_calls()]
+    times: list[list[float]] = [[] for _ in steps]
+    if in_call:
         for _ in range(repeat):
-            t = time.perf_counter()
-            fn(*operands)
+            for i, (fn, operands) in enumerate(plain):
+                t = time.perf_counter()
+                fn(*operands)
+                sync()
+                times[i].append(time.perf_counter() - t)
+    else:
+        for i, (fn, operands) in enumerate(plain):
+            for _ in range(warmup):
+                fn(*operands)
             sync()
-            times.append(time.perf_counter() - t)
-        us = statistics.median(times) * 1e6
+            for _ in range(repeat):
+                t = time.perf_counter()
+                fn(*operands)
+                sync()
+                times[i].append(time.perf_counter() - t)
+    rows = []
+    for i, (c, ts) in enumerate(zip(steps, times)):
+        us = statistics.median(ts) * 1e6
         if "kernel" in c:
             rows.append(KernelTime(i, c["kernel"], list(c.get("ops", [])), c.get("schedule", ""), c.get("loc", ""),
                                    int(c.get("flops", 0)), int(c.get("bytes", 0)), us))
@@ -115,7 +131,7 @@ def profile(model, args, kwargs, repeat: int = 100, warmup: int = 10) -> Profile
     notes = []
     if model._streams is not None:
         notes.append("note: steps were timed one at a time; in a call the plan's streams overlap them")
-    return Profile(rows, statistics.median(calls) * 1e6, repeat, model.target["kind"], notes)
+    return Profile(rows, statistics.median(calls) * 1e6, repeat, model.target["kind"], notes, in_call)
 
 
 def _nbytes(buf: dict) -> int:

@@ -166,11 +166,12 @@ class CompiledModel:
         return [(self.lib[c["kernel"]] if "kernel" in c else _copy, c["buffers"] if "kernel" in c else c["copy"])
                 for c in self.plan["calls"] if "kernel" in c or "copy" in c]
 
-    def profile(self, *args, repeat: int = 100, warmup: int = 10, **kwargs):
-        """Time every kernel of a call on these inputs (see compiler.codegen.profile); `print(p.render())`."""
+    def profile(self, *args, repeat: int = 100, warmup: int = 10, in_call: bool = False, **kwargs):
+        """Time every kernel of a call on these inputs (see compiler.codegen.profile); `print(p.render())`.
+        `in_call`: time each kernel inside whole calls rather than on its own, repeatedly."""
         from compiler.codegen.profile import profile
 
-        return profile(self, args, kwargs, repeat=repeat, warmup=warmup)
+        return profile(self, args, kwargs, repeat=repeat, warmup=warmup, in_call=in_call)
 
     def _bind_outputs(self, outputs: list[np.ndarray], bufs: list) -> list[bool]:
         """Check the caller's result arrays; those the kernels can write into directly replace the result

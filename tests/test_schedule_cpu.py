@@ -287,6 +287,7 @@ def test_conv2d_matches_loops(n, c, h, w, o, k, stride, pad, bias, rule) -> None
         (2, 16, 14, 32, 1, 1, 0),  # 1x1, 196 pixels: a last tile of 4; all input channels in one chunk
         (1, 48, 28, 32, 3, 2, 1),  # stride 2 to 14x14, the input packed NCHW16c
         (1, 64, 9, 48, 3, 1, 0),  # 7x7 from an unpadded 9x9 map, read NCHW in place; 3 channel blocks
+        (1, 32, 50, 32, 3, 1, 1),  # 2500 pixels: accumulators past CHUNK_ACC_BYTES, one chunk
     ],
 )
 def test_conv2d_flat_tiles_with_a_short_last_tile(monkeypatch, n, c, h, o, k, stride, pad) -> None:

@@ -46,6 +46,8 @@ FLAT_TILE = 6
 # tile's output channels take at most this much (half of L1): one 16-channel block of a 3x3 conv (9 KB),
 # 16 of a 1x1 conv, whose short reduction would otherwise reload the accumulators too often.
 CHUNK_WEIGHT_BYTES = 16 << 10
+# ... as long as a map's accumulators for a tile's output channels (reloaded by every chunk) stay in L2.
+CHUNK_ACC_BYTES = 128 << 10
 
 
 @dataclass
@@ -183,6 +185,8 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
         # at 7x7, one thread: 3754 -> 3171 us). The accumulators stay in memory between blocks; they are
         # written back once the map is done, as the channel blocks and the parallel loop are over (n, o).
         per = max(1, CHUNK_WEIGHT_BYTES // (cb * kh * kw * ob * 4))
+        if oh * ow * ob * 4 > CHUNK_ACC_BYTES:
+            per = ci // cb  # the map's accumulators would not stay in cache between chunks: one chunk
         co_o, co = sch.split(co, [None, _divisor_le(ci // cb, per)])
         sch.reorder(i_n, oo, co_o, wo, co, r_h, r_w, cc, wi, oi)
         par = sch.fuse(i_n, oo)

@@ -97,23 +97,25 @@ def profile(model, args, kwargs, repeat: int = 100, warmup: int = 10, in_call: b
     steps = [c for c in model.plan["calls"] if "kernel" in c or "copy" in c]
     plain = [(fn, [bufs[j] for j in idx]) for fn, idx in model._plain_calls()]
     times: list[list[float]] = [[] for _ in steps]
+
+    def timed(i: int) -> None:
+        fn, operands = plain[i]
+        t = time.perf_counter()
+        fn(*operands)
+        sync()
+        times[i].append(time.perf_counter() - t)
+
     if in_call:
         for _ in range(repeat):
-            for i, (fn, operands) in enumerate(plain):
-                t = time.perf_counter()
-                fn(*operands)
-                sync()
-                times[i].append(time.perf_counter() - t)
+            for i in range(len(plain)):
+                timed(i)
     else:
         for i, (fn, operands) in enumerate(plain):
             for _ in range(warmup):
                 fn(*operands)
             sync()
             for _ in range(repeat):
-                t = time.perf_counter()
-                fn(*operands)
-                sync()
-                times[i].append(time.perf_counter() - t)
+                timed(i)
     rows = []
     for i, (c, ts) in enumerate(zip(steps, times)):
         us = statistics.median(ts) * 1e6

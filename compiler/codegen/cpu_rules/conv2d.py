@@ -184,10 +184,9 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
         # order streamed all of a 512-channel conv's weights (295 KB) through L1 once per tile (512->512
         # at 7x7, one thread: 3754 -> 3171 us). The accumulators stay in memory between blocks; they are
         # written back once the map is done, as the channel blocks and the parallel loop are over (n, o).
-        per = max(1, CHUNK_WEIGHT_BYTES // (cb * kh * kw * ob * 4))
-        if oh * ow * ob * 4 > CHUNK_ACC_BYTES:
-            per = ci // cb  # the map's accumulators would not stay in cache between chunks: one chunk
-        co_o, co = sch.split(co, [None, _divisor_le(ci // cb, per)])
+        # One chunk where the map's accumulators would not stay in cache between chunks.
+        per = ci // cb if oh * ow * ob * 4 > CHUNK_ACC_BYTES else CHUNK_WEIGHT_BYTES // (cb * kh * kw * ob * 4)
+        co_o, co = sch.split(co, [None, _divisor_le(ci // cb, max(1, per))])
         sch.reorder(i_n, oo, co_o, wo, co, r_h, r_w, cc, wi, oi)
         par = sch.fuse(i_n, oo)
         sch.reverse_compute_at(out, par)
@@ -205,17 +204,18 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
         sch.unroll(r_w)
     init = sch.decompose_reduction(conv, co_o if tail else co)
     try_vectorize(sch, sch.get_loops(init)[-1], ob)
-    # NCHW write-back: the tile's pixels are contiguous along W, so the last loop vectorizes; its channels
-    # unrolled, so that the strided reads of the accumulators overlap (with a residual input: 147 -> 135 us).
-    if tail:
-        pass  # the whole map at once, pixels innermost: contiguous NCHW writes
-    elif flat:
-        sch.unroll(sch.get_loops(out)[-1])  # a tile's pixels may span two rows: no vector store
-    else:
-        try_vectorize(sch, sch.get_loops(out)[-1], px)
-    out_loops = sch.get_loops(out)
-    if not tail and len(out_loops) >= 2 and (extent(sch, out_loops[-2]) or 0) == ob:
-        sch.unroll(out_loops[-2])
+    # NCHW write-back at a tile: the tile's pixels are contiguous along W, so the last loop vectorizes; its
+    # channels unrolled, so that the strided reads of the accumulators overlap (with a residual input:
+    # 147 -> 135 us). With a short last tile it runs once the map is done, pixels innermost: contiguous
+    # NCHW writes as they are.
+    if not tail:
+        if flat:
+            sch.unroll(sch.get_loops(out)[-1])  # a tile's pixels may span two rows: no vector store
+        else:
+            try_vectorize(sch, sch.get_loops(out)[-1], px)
+        out_loops = sch.get_loops(out)
+        if len(out_loops) >= 2 and (extent(sch, out_loops[-2]) or 0) == ob:
+            sch.unroll(out_loops[-2])
 
     if pad is not None and nchw_input:
         _pad_loops(sch, pad)
@@ -267,9 +267,9 @@ def _cores() -> int:
 
 def tile(ow: int, ob: int, vl: int) -> tuple[int, int]:
     """The register tile: `ob` output channels (one or two vectors) x `px` pixels of a row, `px` dividing
-    the row. Rows of 7 (ResNet's last stage, where `flat_tile` declines: too few output-channel blocks to
-    share among the cores) take 7 pixels of one vector: two vectors would need 14 accumulators and spill (single
-    thread: 62 -> 44 GFLOP/s), and the fallback of 1 or 2 pixels reloads each weight vector for every
+    the row. Rows of 7 (ResNet's last stage, where `flat_tile` declines: too few output-channel blocks
+    to share among the cores) take 7 pixels of one vector: two vectors would need 14 accumulators and
+    spill (single thread: 62 -> 44 GFLOP/s), and the fallback of 1 or 2 pixels reloads each weight vector for every
     pixel (512->512 3x3 at 7x7: 48 -> 149 GFLOP/s on two threads)."""
     if ow % 4 == 0:
         return ob, 4

@@ -152,6 +152,46 @@ def test_f16_tensor_core_matmul_compiles_to_mma_ptx() -> None:
     assert "mma.sync" in compile_ptx(cuda_source(model.lib), ARCH).decode()
 
 
+def _ptxas_report(source: str, arch: str) -> dict[str, dict[str, int]]:
+    """Each kernel's registers, static shared memory and spill bytes, as ptxas reports them on assembling."""
+    import subprocess
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as d:
+        cu = Path(d) / "kernels.cu"
+        cu.write_text(source)
+        run = subprocess.run(["nvcc", "-cubin", f"-arch={arch}", "-Xptxas", "-v", "-o", str(Path(d) / "k.cubin"),
+                              str(cu)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    out: dict[str, dict[str, int]] = {}
+    for name, body in re.findall(r"Compiling entry function '(\w+)'.*?\n(.*?)(?=Compiling entry|\Z)",
+                                 run.stderr, re.S):
+        spill = re.search(r"(\d+) bytes spill stores, (\d+) bytes spill loads", body)
+        registers = re.search(r"Used (\d+) registers", body)
+        smem = re.search(r"(\d+) bytes smem", body)
+        out[name] = {"registers": int(registers.group(1)), "smem": int(smem.group(1)) if smem else 0,
+                     "spills": int(spill.group(1)) + int(spill.group(2)) if spill else 0}
+    return out
+
+
+@needs_nvcc
+@pytest.mark.parametrize("path", [ROOT / "examples" / "cnn.gir", ROOT / "examples" / "transformer.gir"],
+                         ids=lambda p: p.stem)
+def test_example_kernels_assemble_within_the_gpus_limits(path: Path, caplog) -> None:
+    """What a launch would reject, ptxas and the source tell without a GPU: a block over 1024 threads, over
+    48 KB of static shared memory, or registers spilled to local memory."""
+    with caplog.at_level("WARNING"):
+        model = build_or_skip(parse_file(path))
+    assert "max_shared_memory_per_block" not in caplog.text  # the target tells dlight the limit
+    source = cuda_source(model.lib)
+    bounds = [int(b) for b in re.findall(r"__launch_bounds__\((\d+)\)", source)]
+    assert bounds and max(bounds) <= 1024
+    report = _ptxas_report(source, ARCH)
+    assert sorted(report) == sorted(kernel_names(source))
+    for name, use in report.items():
+        assert use["spills"] == 0 and use["registers"] <= 255 and use["smem"] <= 48 * 1024, (name, use)
+
+
 # -- the schedule's own guarantees --
 
 

@@ -40,8 +40,14 @@ def cuda_arch() -> str:
     return DEFAULT_CUDA_ARCH
 
 
+# Static shared memory a block may use on every arch since sm_50; dlight's rules size their tiles to it
+# (and warn on every kernel when the target does not say).
+SHARED_MEMORY_PER_BLOCK = 49152
+
+
 def cuda_target(arch: str | None = None) -> dict:
-    return {"kind": "cuda", "arch": arch or cuda_arch(), "host": llvm_target()}
+    return {"kind": "cuda", "arch": arch or cuda_arch(), "max_shared_memory_per_block": SHARED_MEMORY_PER_BLOCK,
+            "host": llvm_target()}
 
 
 def make_target(name: str, arch: str | None = None) -> dict:

@@ -134,6 +134,26 @@ func @main(%x: tensor<4xf16>, %w: tensor<4xbf16>) -> tensor<f16> {
     assert dx.tolist() == [1.0] * 4 and dw.astype(np.float32).tolist() == [0.0, 1.0, 2.0, 3.0]
 
 
+
+def test_an_f32_loss_of_16_bit_logits_gives_16_bit_gradients() -> None:
+    text = """
+func @main(%x: tensor<2x3xf16>, %l: tensor<2xi32>, %a: tensor<3xbf16>, %b: tensor<3xbf16>) -> tensor<f32> {
+  %ce = graph.softmax_cross_entropy(%x, %l)
+  %mse = graph.mse_loss(%a, %b)
+  %s = graph.add(%ce, %mse)
+  return %s
+}"""
+    m = differentiated(text)
+    assert [str(t) for t in m["main_grad"].result_types] == [
+        "tensor<f32>", "tensor<2x3xf16>", "tensor<3xbf16>", "tensor<3xbf16>"]
+    x = np.array([[0.0, 1.0, 2.0], [1.0, 1.0, 1.0]], np.float16)
+    a, b = np.array([1.0, 2.0, 3.0], np.float32), np.array([0.0, 2.0, 5.0], np.float32)
+    _, dx, da, db = run(m, {"x": x, "l": np.array([2, 0], np.int32), "a": a, "b": b}, "main_grad")
+    p = np.exp(x.astype(np.float64)) / np.exp(x.astype(np.float64)).sum(axis=1, keepdims=True)
+    np.testing.assert_allclose(dx.astype(np.float64), (p - np.eye(3)[[2, 0]]) / 2, atol=1e-3)
+    assert da.astype(np.float32).tolist() == pytest.approx([2 / 3, 0.0, -4 / 3], rel=1e-2)
+    assert db.astype(np.float32).tolist() == pytest.approx([-2 / 3, 0.0, 4 / 3], rel=1e-2)
+
 # --- calls ------------------------------------------------------------------------------------------
 
 LAYERED = """

@@ -8,7 +8,9 @@ import math
 import numpy as np
 import pytest
 
+import compiler
 from compiler.diagnostics import GCError
+from compiler.inputs import random_inputs
 from compiler.interpreter import run
 from compiler.ir import Op
 from compiler.parser import parse
@@ -335,6 +337,29 @@ def test_softmax_cross_entropy_f64_logits_give_an_f64_loss() -> None:
     got = run_op("softmax_cross_entropy", logits, labels)
     assert got.dtype == np.float64
     assert got == pytest.approx(cross_entropy_by_hand(logits, labels), rel=1e-12)
+
+
+LOW_PRECISION_LOSSES = """
+func @main(%x: tensor<4x5xDT>, %l: tensor<4xi64>, %a: tensor<3x2xDT>, %b: tensor<3x2xDT>)
+    -> (tensor<f32>, tensor<f32>) {
+  %ce = graph.softmax_cross_entropy(%x, %l)
+  %mse = graph.mse_loss(%a, %b)
+  return %ce, %mse
+}
+"""
+
+
+@pytest.mark.parametrize("dt", ["f16", "bf16"])
+def test_16_bit_inputs_give_an_f32_loss_computed_in_f32(dt: str) -> None:
+    """The contract types losses tensor<f32>: 16-bit inputs are summed in f32 and the loss stays f32,
+    in the interpreter and compiled alike."""
+    module = parse(LOW_PRECISION_LOSSES.replace("DT", dt))
+    inputs = random_inputs(module["main"], 0, module)
+    want_ce = cross_entropy_by_hand(inputs["x"].astype(np.float32), inputs["l"])
+    want_mse = float(np.mean((inputs["a"].astype(np.float32) - inputs["b"].astype(np.float32)) ** 2))
+    for got in (run(module, inputs), compiler.compile(module, "llvm")(**inputs)):
+        assert [g.dtype for g in got] == [np.float32, np.float32]
+        assert got[0] == pytest.approx(want_ce, rel=1e-5) and got[1] == pytest.approx(want_mse, rel=1e-5)
 
 
 @pytest.mark.parametrize("bad", [-1, 4])

@@ -520,13 +520,13 @@ def _artifact_random_inputs(model, seed: int) -> dict:
 
 
 def _report(args, outs: list, types: list[str]) -> None:
-    from compiler.inputs import summarize
+    from compiler.inputs import save_npz, summarize
 
     if not args.quiet:
         for i, (x, t) in enumerate(zip(outs, types)):
             print(summarize(f"result{i}", x, t))
     if args.outputs:
-        np.savez(args.outputs, **{f"result{i}": x for i, x in enumerate(outs)})
+        save_npz(args.outputs, {f"result{i}": x for i, x in enumerate(outs)})
 
 
 def cmd_compile(args) -> int:

@@ -13,15 +13,30 @@ import zipfile
 import numpy as np
 
 from compiler.diagnostics import GCError
-from compiler.ir import Func, Module, Value
+from compiler.ir import DType, Func, Module, Value
 
 
 def load_npz(path: str) -> dict[str, np.ndarray]:
+    """The arrays of an .npz; bf16 ones (which .npy stores as raw 2-byte voids, '|V2') come back as bf16."""
     try:
         with np.load(path, allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
+            arrays = {k: data[k] for k in data.files}
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise GCError(f"cannot read inputs from {path}: {e}") from None
+    return restore_bf16(arrays)
+
+
+def restore_bf16(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """bf16 arrays read from an .npy/.npz (stored as raw 2-byte voids, '|V2') as bf16 again."""
+    bf16 = DType.bf16.np
+    return {k: x.view(bf16) if x.dtype.kind == "V" and x.dtype.itemsize == 2 and x.dtype.names is None else x
+            for k, x in arrays.items()}
+
+
+def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
+    """Write arrays to an .npz that NumPy alone reads back: bf16 ones as f32 (exact), not as raw voids."""
+    bf16 = DType.bf16.np
+    np.savez(path, **{k: x.astype(np.float32) if x.dtype == bf16 else x for k, x in arrays.items()})
 
 
 def random_inputs(f: Func, seed: int, module: Module | None = None) -> dict[str, np.ndarray]:

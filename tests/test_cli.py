@@ -29,6 +29,22 @@ def mlp(tmp_path: Path) -> Path:
     return p
 
 
+@pytest.mark.parametrize("target", ["interp", "llvm"])
+def test_bf16_inputs_and_outputs_go_through_npz_files(tmp_path: Path, target: str) -> None:
+    """NumPy saves bf16 arrays as raw 2-byte voids: gc reads them as bf16 and writes bf16 results as f32."""
+    import ml_dtypes
+
+    src = tmp_path / "bf.gir"
+    src.write_text(MLP.replace("f32", "bf16"))
+    x = np.arange(6).reshape(2, 3).astype(ml_dtypes.bfloat16)
+    np.savez(tmp_path / "in.npz", x=x, w=np.ones((3, 2), ml_dtypes.bfloat16), b=np.array([1, -1], ml_dtypes.bfloat16))
+    r = gc("run", str(src), "--target", target, "--inputs", str(tmp_path / "in.npz"),
+           "--outputs", str(tmp_path / "out.npz"))
+    assert r.returncode == 0, r.stderr
+    out = np.load(tmp_path / "out.npz")["result0"]
+    assert out.dtype == np.float32 and out.tolist() == [[4.0, 2.0], [13.0, 11.0]]
+
+
 def test_run_with_inputs_writes_outputs(mlp: Path, tmp_path: Path) -> None:
     x = np.arange(6, dtype=np.float32).reshape(2, 3)
     w = np.ones((3, 2), np.float32)

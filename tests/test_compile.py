@@ -15,6 +15,7 @@ from conftest import ROOT
 import compiler
 from compiler.diagnostics import GCError
 from compiler.interpreter import run
+from compiler.ir import DType
 from compiler.parser import parse
 
 NET = """func @main(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>, %b: tensor<16xf32>) -> tensor<4x16xf32> {
@@ -83,6 +84,19 @@ def test_bound_params_become_constants_the_artifact_carries(tmp_path: Path) -> N
     np.testing.assert_allclose(m(X)[0], np.maximum(X @ W + B, 0), rtol=1e-5, atol=1e-6)
     m.save(tmp_path / "bound.gcpkg")
     np.testing.assert_allclose(compiler.load(tmp_path / "bound.gcpkg")(X)[0], m(X)[0])
+
+
+def test_bound_bf16_params_survive_save_and_load(tmp_path: Path) -> None:
+    """An .npz keeps bf16 as raw 2-byte voids; the artifact's constants come back as bf16."""
+    bf16 = np.dtype(DType.bf16.np)
+    text = NET.replace("f32", "bf16")
+    w, b = W.astype(bf16), B.astype(bf16)
+    m = compiler.compile(text, "llvm", params={"w": w, "b": b})
+    m.save(tmp_path / "bf16.gcpkg")
+    again = compiler.load(tmp_path / "bf16.gcpkg")
+    got = again(X.astype(bf16))[0]
+    assert got.dtype == bf16
+    np.testing.assert_array_equal(got.astype(np.float32), m(X.astype(bf16))[0].astype(np.float32))
 
 
 def test_unknown_param_is_an_error() -> None:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from compiler.diagnostics import GCError
+from compiler.inputs import restore_bf16
 from compiler.ir import DType
 from dialects.mem import padded_shape, padded_strides
 
@@ -262,7 +263,7 @@ class CompiledModel:
                               "kernels' CUDA C source but no GPU binary; compile it again on this machine")
             lib = tvm.runtime.load_module(str(Path(d) / "lib.so"))
             with np.load(io.BytesIO(z.read("consts.npz"))) as c:
-                consts = {k: c[k] for k in c.files}
+                consts = restore_bf16({k: c[k] for k in c.files})
             source = z.read("source.gir").decode() if "source.gir" in z.namelist() else None
         target = plan.pop("target")
         plan.pop("format")

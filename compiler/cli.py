@@ -39,6 +39,11 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as e:
         print(f"gc: error: {e}", file=sys.stderr)
         return 2
+    except MemoryError:
+        # The tensors of the input do not fit: the user's machine, not a bug in gc.
+        print("gc: error: out of memory: the tensors of this module (or its inputs) do not fit in this machine's "
+              "memory", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -320,7 +325,7 @@ def _read(path: str) -> tuple[str, str]:
     if path == "-":
         return sys.stdin.read(), "<stdin>"
     try:
-        return Path(path).read_text(), path
+        return Path(path).read_text(encoding="utf-8"), path
     except (OSError, UnicodeDecodeError) as e:
         raise GCError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
 
@@ -383,7 +388,7 @@ def cmd_opt(args) -> int:
             return 3
     out = "// -----\n".join(pieces)
     if args.output:
-        Path(args.output).write_text(out)
+        Path(args.output).write_text(out, encoding="utf-8")
     else:
         sys.stdout.write(out)
     return 0
@@ -565,7 +570,7 @@ def cmd_compile(args) -> int:
         stats = {**model.plan["memory"], "num_kernels": model.num_kernels, "compile_seconds": round(seconds, 4),
                  "target": args.target, "source": name,
                  "kernels": [c["kernel"] for c in model.plan["calls"] if "kernel" in c]}
-        Path(args.stats).write_text(json.dumps(stats, indent=2) + "\n")
+        Path(args.stats).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
     print(f"gc: wrote {out} ({model.num_kernels} kernels, {args.target}, {seconds:.2f} s)", file=sys.stderr)
     return 0
 
@@ -607,7 +612,7 @@ def _compile_stats(args) -> int:
     from compiler.stats import format_compile_stats
 
     try:
-        stats = json.loads(Path(args.file).read_text())
+        stats = json.loads(Path(args.file).read_text(encoding="utf-8"))
         text = format_compile_stats(stats) if not args.json else json.dumps(stats, indent=2) + "\n"
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise GCError(f"{args.file}: not a statistics file written by `gc compile --stats` ({e})") from None

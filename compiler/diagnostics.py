@@ -17,7 +17,7 @@ class Source:
         text = self.text
         if text is None:
             try:
-                text = Path(self.name).read_text()
+                text = Path(self.name).read_text(encoding="utf-8")
             except (OSError, UnicodeDecodeError):
                 return None
         lines = text.splitlines()

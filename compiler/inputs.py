@@ -42,7 +42,14 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
 def random_inputs(f: Func, seed: int, module: Module | None = None) -> dict[str, np.ndarray]:
     """Deterministic inputs for every argument of `f` (looking through calls when `module` is given)."""
     rng = np.random.default_rng(seed)
-    return {a.name: _random_arg(a, _uses(f, a, module), rng) for a in f.args}
+    out = {}
+    for a in f.args:
+        try:
+            out[a.name] = _random_arg(a, _uses(f, a, module), rng)
+        except MemoryError:
+            raise GCError(f"cannot make a random input for %{a.name}: {a.type} ({a.type.nbytes:,} bytes) "
+                          "does not fit in memory", a.loc) from None
+    return out
 
 
 def _uses(f: Func, a: Value, module: Module | None, depth: int = 0) -> list:

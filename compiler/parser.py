@@ -7,6 +7,7 @@ hand-written files and pass output go through the same checks. Every problem fou
 from __future__ import annotations
 
 import difflib
+import math
 from functools import lru_cache
 from pathlib import Path
 
@@ -17,6 +18,7 @@ from compiler.diagnostics import DiagnosticCollector, GCError, Location, Source
 from compiler.ir import DType, Dense, Func, Module, Op, SymbolRef, TensorType, Value, lookup_op, OP_REGISTRY
 
 _DTYPES = {d.value: d for d in DType}
+MAX_BYTES = 2**63 - 1  # what NumPy can index
 _INT64 = (-(2**63), 2**63 - 1)
 
 _TOKEN_NAMES = {
@@ -50,7 +52,7 @@ _TOKEN_NAMES = {
 
 @lru_cache(maxsize=1)
 def _lark() -> lark.Lark:
-    grammar = (Path(__file__).parent / "gir.lark").read_text()
+    grammar = (Path(__file__).parent / "gir.lark").read_text(encoding="utf-8")
     return lark.Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
 
 
@@ -58,7 +60,7 @@ def parse_file(path: str | Path) -> Module:
     """Parse a .gir file; a user mistake raises GCError with every diagnostic."""
     p = Path(path)
     try:
-        text = p.read_text()
+        text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
         raise GCError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
     return parse(text, str(path))
@@ -161,6 +163,10 @@ class _Builder:
                 self.diag.error(f"invalid dimension '{d}' in {tok.value}: dimensions are non-negative integers", loc)
                 return None
             shape.append(int(d))
+            if math.prod(shape) * _DTYPES.get(dt, DType.f64).np.itemsize > MAX_BYTES:
+                loc = Location(self.source.name, tok.line, col, self.source)
+                self.diag.error(f"{tok.value} is too large: a tensor holds at most 2^63 - 1 bytes", loc)
+                return None
             col += len(d) + 1
         if dt not in _DTYPES:
             loc = Location(self.source.name, tok.line, col, self.source)
@@ -342,7 +348,7 @@ class _Builder:
         body, ttok = t.children
         ty = self.tensor_type(ttok)
         if ty is None:
-            raise GCError("invalid dense type", self.loc(ttok))
+            raise GCError([])  # tensor_type reported it
         lit = self.dense_literal(body)
         loc = self.loc(ttok)
         if not ty.dtype.is_bool and any(isinstance(x, bool) for x in _leaves(lit)):
@@ -355,18 +361,21 @@ class _Builder:
             arr = np.array(lit, dtype=np.float64 if ty.dtype.is_float else object)
         except ValueError:
             raise GCError(f"dense literal is not rectangular for {ty}", loc) from None
-        if arr.ndim == 0:
-            arr = np.broadcast_to(arr, ty.shape)
-        elif tuple(arr.shape) != ty.shape:
+        splat = arr.ndim == 0
+        if not splat and tuple(arr.shape) != ty.shape:
             raise GCError(f"dense literal has shape {list(arr.shape)} but its type is {ty}", loc)
         if ty.dtype.is_int:
-            flat = arr.reshape(-1)
+            flat = arr.reshape(-1)  # a splat's one value
             if any(isinstance(x, (float, bool)) for x in flat):
                 raise GCError(f"dense values of {ty} must be integers", loc)
             info = np.iinfo(ty.dtype.np)
             if any(not info.min <= int(x) <= info.max for x in flat):
                 raise GCError(f"dense value out of range for {ty.dtype}", loc)
-        values = np.array(arr.tolist() if arr.dtype == object else arr).astype(ty.dtype.np).reshape(ty.shape)
+        values = np.array(arr.tolist() if arr.dtype == object else arr).astype(ty.dtype.np)
+        try:
+            values = np.full(ty.shape, values, ty.dtype.np) if splat else values.reshape(ty.shape)
+        except MemoryError:
+            raise GCError(f"dense constant {ty} ({ty.nbytes:,} bytes) does not fit in memory", loc) from None
         return Dense.of(values, ty.dtype)
 
     def dense_literal(self, t):
@@ -384,5 +393,8 @@ class _Builder:
         items = []
         for it in t.children:
             f, line, col = it.children
+            for n in (line, col):
+                if not n.value.isdigit():
+                    raise GCError(f"a location's line and column are integers, got '{n.value}'", self.loc(n))
             items.append(Location(f.value[1:-1], int(line.value), int(col.value)))
         return Location.merge(items)

@@ -139,7 +139,7 @@ def run_pipeline(module: Module, passes: list[Pass] | str, inst: Instrumentation
     dump = Path(inst.dump_dir) if inst.dump_dir else None
     if dump:
         dump.mkdir(parents=True, exist_ok=True)
-        (dump / "00-input.gir").write_text(print_module(module, debuginfo=True))
+        (dump / "00-input.gir").write_text(print_module(module, debuginfo=True), encoding="utf-8")
     for i, p in enumerate(passes):
         label = p.spelled()
         if inst.bisect_limit is not None:
@@ -166,7 +166,7 @@ def run_pipeline(module: Module, passes: list[Pass] | str, inst: Instrumentation
         changed = module.fingerprint() != before
         records.append(PassRecord(label, seconds, changed, True))
         if dump:
-            (dump / f"{i + 1:02d}-{p.name}.gir").write_text(print_module(module, debuginfo=True))
+            (dump / f"{i + 1:02d}-{p.name}.gir").write_text(print_module(module, debuginfo=True), encoding="utf-8")
         show = inst.print_after_all or p.name in inst.print_after or (inst.print_after_change and changed)
         if show or prev_text is not None:
             text = print_module(module, debuginfo=inst.debuginfo)
@@ -217,7 +217,7 @@ def _failure(module: Module, backup: Module, passes: list[Pass], i: int, err: Ex
             f"// failing pass: {p.spelled()}\n// pipeline from here: {rest}\n"
             f"// replay: {inst.replay} {inst.reproducer} -p '{rest}'\n"
         )
-        Path(inst.reproducer).write_text(header + print_module(backup, debuginfo=True))
+        Path(inst.reproducer).write_text(header + print_module(backup, debuginfo=True), encoding="utf-8")
         path = inst.reproducer
         what += f"\nwrote a reproducer: {path}\nreplay it with: {inst.replay} {path} -p '{rest}'"
     return PipelineFailure(what, path)

@@ -122,7 +122,7 @@ def cmd_prune(args) -> int:
     pruned, new_params = prune_npz(module, params, args.sparsity, args.mode, entry)
     text = print_module(pruned)
     if args.output:
-        Path(args.output).write_text(text)
+        Path(args.output).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
     if args.params_out:

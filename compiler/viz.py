@@ -160,6 +160,6 @@ def _save(path: str, data: str | bytes) -> None:
         if isinstance(data, bytes):
             Path(path).write_bytes(data)
         else:
-            Path(path).write_text(data)
+            Path(path).write_text(data, encoding="utf-8")
     except OSError as e:
         raise GCError(f"cannot write {path}: {e.strerror or e}") from None

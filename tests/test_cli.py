@@ -175,3 +175,13 @@ def test_random_inputs_look_through_fused_kernels() -> None:
     run_pipeline(module, "fuse")
     after = random_inputs(module["main"], 0, module)
     assert all((before[k] == after[k]).all() for k in before)
+
+
+def test_an_input_too_large_for_memory_is_a_diagnostic_not_a_traceback(tmp_path: Path) -> None:
+    src = tmp_path / "big.gir"
+    src.write_text("func @main(%x: tensor<100000x100000x100000xf32>) -> tensor<100000x100000x100000xf32> {\n"
+                   "  %y = graph.relu(%x)\n  return %y\n}\n")
+    r = gc("run", str(src), "--random-inputs", "0")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "big.gir:1:12: error: cannot make a random input for %x: tensor<100000x100000x100000xf32> " \
+           "(4,000,000,000,000,000 bytes) does not fit in memory" in r.stderr

@@ -84,11 +84,24 @@ def test_constant_without_parentheses_and_dense_forms() -> None:
         ("dense<[[1.0], [2.0, 3.0]]> : tensor<2x2xf32>", "not rectangular"),
         ("dense<1.5> : tensor<2xi32>", "must be integers"),
         ("dense<300> : tensor<2xi8>", "out of range for i8"),
+        ("dense<1.0> : tensor<99999999999999999999xf32>",
+         "2:52: error: tensor<99999999999999999999xf32> is too large: a tensor holds at most 2^63 - 1 bytes"),
+        ("dense<1.0> : tensor<100000x100000x100000xf32>",
+         "error: dense constant tensor<100000x100000x100000xf32> (4,000,000,000,000,000 bytes) does not fit"),
+        ("dense<7> : tensor<100000x100000x100000xi64>", "bytes) does not fit in memory"),
     ],
 )
 def test_bad_dense_literals(dense: str, message: str) -> None:
-    with pytest.raises(GCError, match=re.escape(message)):
+    """One diagnostic each, however large the type (a splat is checked before it is expanded)."""
+    with pytest.raises(GCError, match=re.escape(message)) as e:
         parse(f"func @m() -> tensor<f32> {{\n  %a = graph.constant {{value = {dense}}}\n  return %a\n}}")
+    assert len(e.value.diagnostics) == 1
+
+
+def test_a_location_with_a_fractional_line_is_a_diagnostic() -> None:
+    with pytest.raises(GCError, match=re.escape("2:35: error: a location's line and column are integers, got '1.5'")):
+        parse('func @m(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %y = graph.relu(%x) loc("a.gir":1.5:2)\n'
+              "  return %y\n}")
 
 
 def test_comments_and_free_layout() -> None:

@@ -76,7 +76,7 @@ class Imported:
     def write(self, gir_path: str | Path) -> Path | None:
         """Write the .gir, and the weights (if any) as an .npz beside it; returns the .npz's path."""
         gir_path = Path(gir_path)
-        gir_path.write_text(self.text)
+        gir_path.write_text(self.text, encoding="utf-8")
         if not self.weights:
             return None
         npz = gir_path.with_suffix(".npz")

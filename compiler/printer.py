@@ -15,7 +15,9 @@ def print_module(module: Module, *, debuginfo: bool = False) -> str:
 
 def print_func(f: Func, *, debuginfo: bool = False) -> str:
     names = _Namer(f)
-    args = [f"{names[a]}: {a.type}" + _loc(a.loc, debuginfo) for a in f.args]
+    # An argument a pass made (a kernel's) has no place of its own: it is where its function is, which
+    # is also where parsing the printed text would put it, so printing is a fixed point.
+    args = [f"{names[a]}: {a.type}" + _loc(a.loc or f.loc, debuginfo) for a in f.args]
     ret = ""
     if len(f.result_types) == 1:
         ret = f" -> {f.result_types[0]}"

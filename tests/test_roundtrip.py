@@ -52,3 +52,15 @@ def test_debuginfo_locations_survive_a_round_trip() -> None:
     assert '%y = graph.relu(%x) : tensor<4xf32> loc("net.gir":2:8)' in printed
     again = parse(printed, "other.gir")
     assert str(again["main"].ops[0].loc) == "net.gir:2:8"
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=_ids(EXAMPLES))
+def test_debuginfo_printing_is_a_fixed_point_after_the_passes_too(path: Path) -> None:
+    """Passes make functions whose arguments have no location of their own (fuse's kernels): printed with
+    their function's, they read back to the same text."""
+    from compiler.pipeline import run_pipeline
+
+    module = parse(path.read_text(), str(path))
+    run_pipeline(module, "canonicalize,fold-constants,cse,dce,fuse")
+    printed = print_module(module, debuginfo=True)
+    assert print_module(parse(printed, "<printed>"), debuginfo=True) == printed

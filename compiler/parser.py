@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 import lark
+import ml_dtypes
 import numpy as np
 
 from compiler.diagnostics import DiagnosticCollector, GCError, Location, Source
@@ -371,7 +372,13 @@ class _Builder:
             info = np.iinfo(ty.dtype.np)
             if any(not info.min <= int(x) <= info.max for x in flat):
                 raise GCError(f"dense value out of range for {ty.dtype}", loc)
-        values = np.array(arr.tolist() if arr.dtype == object else arr).astype(ty.dtype.np)
+        source = np.array(arr.tolist() if arr.dtype == object else arr)
+        with np.errstate(over="ignore"):
+            values = source.astype(ty.dtype.np)
+        if ty.dtype.is_float and np.any(np.isinf(values.astype(np.float64)) & np.isfinite(source)):
+            big = source.reshape(-1)[np.flatnonzero(np.isinf(values.astype(np.float64)) & np.isfinite(source))[0]]
+            raise GCError(f"dense value {big:g} is out of range for {ty.dtype} "
+                          f"(largest {float(ml_dtypes.finfo(ty.dtype.np).max):g}; write inf for infinity)", loc)
         try:
             values = np.full(ty.shape, values, ty.dtype.np) if splat else values.reshape(ty.shape)
         except MemoryError:

@@ -89,6 +89,9 @@ def test_constant_without_parentheses_and_dense_forms() -> None:
         ("dense<1.0> : tensor<100000x100000x100000xf32>",
          "error: dense constant tensor<100000x100000x100000xf32> (4,000,000,000,000,000 bytes) does not fit"),
         ("dense<7> : tensor<100000x100000x100000xi64>", "bytes) does not fit in memory"),
+        ("dense<[1.0, 1e39]> : tensor<2xf32>", "dense value 1e+39 is out of range for f32 (largest 3.40282e+38"),
+        ("dense<70000.0> : tensor<2xf16>", "dense value 70000 is out of range for f16 (largest 65504;"),
+        ("dense<-1e39> : tensor<2xbf16>", "dense value -1e+39 is out of range for bf16 (largest 3.38953e+38;"),
     ],
 )
 def test_bad_dense_literals(dense: str, message: str) -> None:

@@ -29,8 +29,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "cmd", None):
-        parser.print_help()
-        return 2
+        parser.print_help(sys.stderr)
+        return 1
     try:
         return args.func(args) or 0
     except GCError as e:
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except UsageError as e:
         print(f"gc: error: {e}", file=sys.stderr)
-        return 2
+        return 1
     except MemoryError:
         # The tensors of the input do not fit: the user's machine, not a bug in gc.
         print("gc: error: out of memory: the tensors of this module (or its inputs) do not fit in this machine's "
@@ -59,8 +59,16 @@ def main(argv: list[str] | None = None) -> int:
         return 3
 
 
+class _ArgumentParser(argparse.ArgumentParser):
+    """argparse, but a bad command line exits 1 like every other mistake of the user's (argparse says 2)."""
+
+    def error(self, message: str):
+        self.print_usage(sys.stderr)
+        self.exit(1, f"{self.prog}: error: {message}\n")
+
+
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = _ArgumentParser(
         prog="gc",
         description="gc: a deep-learning compiler for the GIR textual graph IR.",
         epilog=EXAMPLES,
@@ -318,7 +326,7 @@ def _pipeline_text(args) -> str:
 
 
 class UsageError(Exception):
-    """Bad usage: exit code 2."""
+    """Bad usage (options that do not go together): exit code 1, no location."""
 
 
 def _read(path: str) -> tuple[str, str]:

@@ -110,10 +110,12 @@ def test_user_error_exits_1_with_diagnostic(tmp_path: Path) -> None:
     assert "Traceback" not in r.stderr
 
 
-def test_bad_usage_exits_2() -> None:
-    assert gc("run").returncode == 2
-    assert gc("frobnicate").returncode == 2
-    assert gc().returncode == 2
+def test_bad_usage_exits_1_like_any_other_mistake(mlp: Path) -> None:
+    for args in [("run",), ("frobnicate",), (), ("opt", str(mlp), "-O3"), ("run", str(mlp), "--target", "tpu"),
+                 ("opt", str(mlp), "-O1", "-p", "cse"), ("opt", str(mlp), "-p")]:
+        r = gc(*args)
+        assert r.returncode == 1 and ("error" in r.stderr if args else "usage: gc" in r.stderr), args
+        assert "Traceback" not in r.stderr
 
 
 def test_unreadable_file_is_a_user_error() -> None:
@@ -162,7 +164,7 @@ def test_prune_rewrites_gir_and_npz_consistently(tmp_path: Path) -> None:
 
 def test_prune_rejects_bad_sparsity() -> None:
     r = gc("prune", str(ROOT / "examples" / "mlp.gir"), "--sparsity", "1.5")
-    assert r.returncode == 2 and "--sparsity must be in [0, 1)" in r.stderr
+    assert r.returncode == 1 and "--sparsity must be in [0, 1)" in r.stderr
 
 
 def test_random_inputs_look_through_fused_kernels() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -123,3 +124,13 @@ class DiagnosticCollector:
     def raise_if_any(self) -> None:
         if self.diagnostics:
             raise GCError(self.diagnostics)
+
+
+@contextmanager
+def writing(path):
+    """Writes to a user's path: one that cannot be written (no such folder, no permission) is their
+    mistake, a diagnostic naming it, not a traceback."""
+    try:
+        yield
+    except OSError as e:
+        raise GCError(f"cannot write {path}: {e.strerror or e}") from None

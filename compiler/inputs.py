@@ -19,10 +19,14 @@ from compiler.ir import DType, Func, Module, Value
 def load_npz(path: str) -> dict[str, np.ndarray]:
     """The arrays of an .npz; bf16 ones (which .npy stores as raw 2-byte voids, '|V2') come back as bf16."""
     try:
-        with np.load(path, allow_pickle=False) as data:
-            arrays = {k: data[k] for k in data.files}
+        data = np.load(path, allow_pickle=False)
     except (OSError, ValueError, zipfile.BadZipFile) as e:
         raise GCError(f"cannot read inputs from {path}: {e}") from None
+    if not isinstance(data, np.lib.npyio.NpzFile):  # an .npy: one array, no names
+        raise GCError(f"{path} holds one unnamed array (an .npy file); give an .npz keyed by argument name, "
+                      "e.g. np.savez('in.npz', x=x)")
+    with data:
+        arrays = {k: data[k] for k in data.files}
     return restore_bf16(arrays)
 
 

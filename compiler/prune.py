@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from compiler.builder import bind_arguments
-from compiler.diagnostics import GCError
+from compiler.diagnostics import GCError, writing
 from compiler.ir import Func, Module, Value
 from compiler.passes.prune_weights import PruneWeights
 from compiler.verifier import verify_module
@@ -122,11 +122,13 @@ def cmd_prune(args) -> int:
     pruned, new_params = prune_npz(module, params, args.sparsity, args.mode, entry)
     text = print_module(pruned)
     if args.output:
-        Path(args.output).write_text(text, encoding="utf-8")
+        with writing(args.output):
+            Path(args.output).write_text(text, encoding="utf-8")
     else:
         sys.stdout.write(text)
     if args.params_out:
-        np.savez(args.params_out, **new_params)
+        with writing(args.params_out):
+            np.savez(args.params_out, **new_params)
     elif new_params:
         print("gc prune: no --params-out given: the pruned parameters were not saved", file=sys.stderr)
     report = sys.stdout if args.output else sys.stderr

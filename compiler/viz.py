@@ -16,7 +16,7 @@ from pathlib import Path
 
 import graphviz
 
-from compiler.diagnostics import GCError
+from compiler.diagnostics import GCError, writing
 from compiler.ir import Func, Module, Op, TensorType, Value
 
 # Fill colours by fusion kind, so the fusable chains and the heavy ops stand out.
@@ -156,10 +156,8 @@ def _page(svg: str, title: str, notes: str) -> str:
 
 
 def _save(path: str, data: str | bytes) -> None:
-    try:
+    with writing(path):
         if isinstance(data, bytes):
             Path(path).write_bytes(data)
         else:
             Path(path).write_text(data, encoding="utf-8")
-    except OSError as e:
-        raise GCError(f"cannot write {path}: {e.strerror or e}") from None

@@ -187,3 +187,26 @@ def test_an_input_too_large_for_memory_is_a_diagnostic_not_a_traceback(tmp_path:
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "big.gir:1:12: error: cannot make a random input for %x: tensor<100000x100000x100000xf32> " \
            "(4,000,000,000,000,000 bytes) does not fit in memory" in r.stderr
+
+
+@pytest.mark.parametrize("kind", ["outputs", "opt -o", "compile -o", "stats"])
+def test_a_path_that_cannot_be_written_is_a_diagnostic(mlp: Path, tmp_path: Path, kind: str) -> None:
+    nowhere = str(tmp_path / "no" / "such" / "dir" / "f")
+    np.savez(tmp_path / "in.npz", x=np.ones((2, 3), np.float32), w=np.ones((3, 2), np.float32),
+             b=np.ones(2, np.float32))
+    args = {"outputs": ("run", str(mlp), "--inputs", str(tmp_path / "in.npz"), "--outputs", nowhere),
+            "opt -o": ("opt", str(mlp), "-o", nowhere),
+            "compile -o": ("compile", str(mlp), "-o", nowhere),
+            "stats": ("compile", str(mlp), "-o", str(tmp_path / "m.gcpkg"), "--stats", nowhere)}[kind]
+    r = gc(*args)
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert f"error: cannot write {nowhere}: No such file or directory" in r.stderr
+
+
+def test_an_npy_for_inputs_and_an_npz_for_a_model_are_diagnostics(mlp: Path, tmp_path: Path) -> None:
+    np.save(tmp_path / "x.npy", np.ones((2, 3), np.float32))
+    np.savez(tmp_path / "x.npz", x=np.ones((2, 3), np.float32))
+    r = gc("run", str(mlp), "--inputs", str(tmp_path / "x.npy"))
+    assert r.returncode == 1 and "holds one unnamed array (an .npy file); give an .npz keyed by argument" in r.stderr
+    r = gc("run", str(tmp_path / "x.npz"), "--inputs", str(tmp_path / "x.npz"))
+    assert r.returncode == 1 and "is not a gc compiled model (a zip file without plan.json)" in r.stderr

@@ -251,6 +251,9 @@ class CompiledModel:
         except (OSError, zipfile.BadZipFile) as e:
             raise GCError(f"cannot read compiled model {path}: {e}") from None
         with z, tempfile.TemporaryDirectory() as d:
+            if "plan.json" not in z.namelist():
+                raise GCError(f"{path} is not a gc compiled model (a zip file without plan.json); "
+                              "`gc compile FILE.gir -o OUT.gcpkg` makes one")
             plan = json.loads(z.read("plan.json"))
             if plan.get("format") != FORMAT:
                 raise GCError(f"{path} is not a gc compiled model ({FORMAT})")

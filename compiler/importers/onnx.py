@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from compiler.builder import Builder
-from compiler.diagnostics import Diagnostic, GCError
+from compiler.diagnostics import Diagnostic, GCError, writing
 from compiler.ir import DType, Func, Module, Op, TensorType, Value
 from compiler.parser import parse
 from compiler.printer import print_module
@@ -76,11 +76,13 @@ class Imported:
     def write(self, gir_path: str | Path) -> Path | None:
         """Write the .gir, and the weights (if any) as an .npz beside it; returns the .npz's path."""
         gir_path = Path(gir_path)
-        gir_path.write_text(self.text, encoding="utf-8")
+        with writing(gir_path):
+            gir_path.write_text(self.text, encoding="utf-8")
         if not self.weights:
             return None
         npz = gir_path.with_suffix(".npz")
-        np.savez(npz, **self.weights)
+        with writing(npz):
+            np.savez(npz, **self.weights)
         return npz
 
 

@@ -365,9 +365,10 @@ def cmd_opt(args) -> int:
     if args.file is None:
         raise UsageError("gc opt needs a FILE (or - for standard input)")
     text, name = _read(args.file)
+    pipeline_names = [p.name for p in parse_pipeline(passes_text)]
     inst = Instrumentation(
-        print_before=set(_names(args.print_ir_before)),
-        print_after=set(_names(args.print_ir_after)),
+        print_before=_print_at("--print-ir-before", args.print_ir_before, pipeline_names),
+        print_after=_print_at("--print-ir-after", args.print_ir_after, pipeline_names),
         print_after_all=args.print_ir_after_all,
         print_after_change=args.print_ir_after_change,
         print_after_failure=args.print_ir_after_failure,
@@ -403,8 +404,24 @@ def cmd_opt(args) -> int:
     return 0
 
 
-def _names(values: list[str]) -> list[str]:
-    return [n.strip() for v in values for n in v.split(",") if n.strip()]
+def _print_at(flag: str, values: list[str], pipeline: list[str]) -> set[str]:
+    """The pass names of --print-ir-before/after: a name that is no pass is a mistake; one the pipeline
+    does not run would print nothing, so say so."""
+    from compiler.passes import load_all
+
+    known = load_all()
+    names = {n.strip() for v in values for n in v.split(",") if n.strip()}
+    for n in sorted(names):
+        if "{" in n or "}" in n:
+            raise UsageError(f"{flag} takes pass names (e.g. fuse), without options: got '{n}'")
+        if n not in known:
+            import difflib
+
+            near = difflib.get_close_matches(n, list(known), 1)
+            raise UsageError(f"{flag}: unknown pass '{n}'" + (f"; did you mean '{near[0]}'?" if near else ""))
+        if n not in pipeline:
+            print(f"gc: note: {flag}={n}: the pipeline does not run {n}", file=sys.stderr)
+    return names
 
 
 def _reproducer_path(name: str) -> str:

@@ -210,3 +210,14 @@ def test_an_npy_for_inputs_and_an_npz_for_a_model_are_diagnostics(mlp: Path, tmp
     assert r.returncode == 1 and "holds one unnamed array (an .npy file); give an .npz keyed by argument" in r.stderr
     r = gc("run", str(tmp_path / "x.npz"), "--inputs", str(tmp_path / "x.npz"))
     assert r.returncode == 1 and "is not a gc compiled model (a zip file without plan.json)" in r.stderr
+
+
+def test_print_ir_flags_name_passes(mlp: Path) -> None:
+    r = gc("opt", str(mlp), "-O1", "--print-ir-after=bogus")
+    assert r.returncode == 1 and "--print-ir-after: unknown pass 'bogus'" in r.stderr
+    r = gc("opt", str(mlp), "-O1", "--print-ir-before=fuse{max-ops=2}")
+    assert r.returncode == 1 and "takes pass names (e.g. fuse), without options: got 'fuse{max-ops=2}'" in r.stderr
+    r = gc("opt", str(mlp), "-O1", "--print-ir-after=fuse")  # O1 runs no fuse: nothing would print, silently
+    assert r.returncode == 0 and "note: --print-ir-after=fuse: the pipeline does not run fuse" in r.stderr
+    r = gc("opt", str(mlp), "-O2", "--print-ir-after=fuse")
+    assert r.returncode == 0 and "IR Dump After fuse" in r.stderr and "note" not in r.stderr

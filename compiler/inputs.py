@@ -30,6 +30,18 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
     return restore_bf16(arrays)
 
 
+def narrowed(name: str, x: np.ndarray, want: np.dtype, loc=None) -> np.ndarray:
+    """Integer input `x` cast to the narrower integer dtype `want`; a value that does not fit is an error
+    (NumPy would wrap it around: 2**40 as i32 is 0)."""
+    if x.size and x.dtype.kind in "iu" and np.dtype(want).kind in "iu":
+        info = np.iinfo(want)
+        lo, hi = x.min(), x.max()
+        if lo < info.min or hi > info.max:
+            bad = hi if hi > info.max else lo
+            raise GCError(f"input '{name}' holds {bad}, which {np.dtype(want).name} cannot represent", loc)
+    return x.astype(want)
+
+
 def restore_bf16(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """bf16 arrays read from an .npy/.npz (stored as raw 2-byte voids, '|V2') as bf16 again."""
     bf16 = DType.bf16.np

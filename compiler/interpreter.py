@@ -8,6 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.diagnostics import GCError
+from compiler.inputs import narrowed
 from compiler.ir import Func, Module, Value
 
 
@@ -53,6 +54,6 @@ def bind_inputs(f: Func, inputs: dict[str, np.ndarray] | list[np.ndarray]) -> li
         if x.dtype != want:
             if not np.can_cast(x.dtype, want, casting="same_kind"):
                 raise GCError(f"input '{a.name}' has dtype {x.dtype} but %{a.name} is {a.type}", a.loc)
-            x = x.astype(want)
+            x = narrowed(a.name, x, want, a.loc)
         out.append(x)
     return out

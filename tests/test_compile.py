@@ -194,3 +194,14 @@ def test_bound_matmul_weights_are_packed_once_at_compile_time(tmp_path: Path) ->
     np.testing.assert_allclose(m(inputs["x"])[0], want, rtol=1e-4, atol=1e-4)
     m.save(tmp_path / "mlp.gcpkg")
     np.testing.assert_allclose(compiler.load(tmp_path / "mlp.gcpkg")(inputs["x"])[0], want, rtol=1e-4, atol=1e-4)
+
+
+def test_integer_inputs_that_do_not_fit_the_argument_are_errors_not_wrapped() -> None:
+    """i64 data for an i32 argument is narrowed, but 2**40 would wrap to 0: an error, in both runners."""
+    text = "func @main(%n: tensor<2xi32>) -> tensor<2xi32> {\n  %y = graph.neg(%n)\n  return %y\n}\n"
+    m = compiler.compile(text, "llvm")
+    assert m(np.array([-5, 1]))[0].tolist() == [5, -1]
+    assert run(parse(text), [np.array([-5, 1])])[0].tolist() == [5, -1]
+    for call in (lambda: m(np.array([2**40, 1])), lambda: run(parse(text), [np.array([2**40, 1])])):
+        with pytest.raises(GCError, match="input 'n' holds 1099511627776, which int32 cannot represent"):
+            call()

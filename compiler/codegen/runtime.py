@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from compiler.diagnostics import GCError
-from compiler.inputs import restore_bf16
+from compiler.inputs import narrowed, restore_bf16
 from compiler.ir import DType
 from dialects.mem import padded_shape, padded_strides
 
@@ -217,7 +217,7 @@ class CompiledModel:
             if x.dtype != dtype:
                 if not np.can_cast(x.dtype, dtype, casting="same_kind"):
                     raise GCError(f"input '{name}' has dtype {x.dtype}, expected {dtype}")
-                x = x.astype(dtype)
+                x = narrowed(name, x, dtype)
             out.append(np.ascontiguousarray(x).reshape(shape))  # ascontiguousarray makes rank 0 rank 1
         return out
 

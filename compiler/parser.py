@@ -15,7 +15,7 @@ import lark
 import ml_dtypes
 import numpy as np
 
-from compiler.diagnostics import DiagnosticCollector, GCError, Location, Source
+from compiler.diagnostics import Diagnostic, DiagnosticCollector, GCError, Location, Source
 from compiler.ir import DType, Dense, Func, Module, Op, SymbolRef, TensorType, Value, lookup_op, OP_REGISTRY
 
 _DTYPES = {d.value: d for d in DType}
@@ -77,6 +77,9 @@ def parse(text: str, filename: str = "<input>", *, verify: bool = True, line_off
     builder = _Builder(source)
     module = builder.module(tree)
     errors = builder.diag.diagnostics
+    if not module.funcs and not errors:
+        errors = [Diagnostic("no function in the file: a module is one or more `func @name(...) -> ... { ... }`",
+                             Location(filename, 1 + line_offset, 1, source))]
     if verify:
         from compiler.verifier import verify_module
 

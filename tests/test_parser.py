@@ -182,3 +182,9 @@ def test_a_diagnostic_about_a_whole_file_names_the_file() -> None:
 
     assert str(GCError("not a model", Location("model.onnx", 0, 0))) == "model.onnx: error: not a model"
     assert str(GCError("no location")) == "error: no location"
+
+
+@pytest.mark.parametrize("text", ["", "// only a comment\n", "\n\n"])
+def test_a_file_without_a_function_is_a_diagnostic(text: str) -> None:
+    with pytest.raises(GCError, match=re.escape("empty.gir:1:1: error: no function in the file")):
+        parse(text, "empty.gir")

@@ -518,11 +518,17 @@ def _is_artifact(path: str) -> bool:
 
 def _run_artifact(args) -> int:
     import compiler
+    from compiler.codegen.runtime import CompiledModel
     from compiler.inputs import load_npz
 
+    # Checked before loading: loading a cuda model where no GPU is fails for that reason instead.
+    plan = CompiledModel.read_plan(args.file)
+    if args.target not in (None, plan["target"]["kind"]):
+        raise GCError(f"{args.file} was compiled for {plan['target']['kind']}, not {args.target}")
+    if args.entry not in (None, plan["entry"]):
+        raise GCError(f"{args.file} was compiled from @{plan['entry']}, not @{args.entry}: compile "
+                      f"the .gir with --entry {args.entry} for that function")
     model = compiler.load(args.file)
-    if args.target not in (None, model.target["kind"]):
-        raise GCError(f"{args.file} was compiled for {model.target['kind']}, not {args.target}")
     given = load_npz(args.inputs) if args.inputs else {}
     if args.random_inputs is not None:
         made = _artifact_random_inputs(model, args.random_inputs)

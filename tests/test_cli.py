@@ -221,3 +221,13 @@ def test_print_ir_flags_name_passes(mlp: Path) -> None:
     assert r.returncode == 0 and "note: --print-ir-after=fuse: the pipeline does not run fuse" in r.stderr
     r = gc("opt", str(mlp), "-O2", "--print-ir-after=fuse")
     assert r.returncode == 0 and "IR Dump After fuse" in r.stderr and "note" not in r.stderr
+
+
+def test_an_artifact_says_what_it_was_compiled_for(mlp: Path, tmp_path: Path) -> None:
+    pkg = str(tmp_path / "net.gcpkg")
+    assert gc("compile", str(mlp), "-o", pkg).returncode == 0
+    r = gc("run", pkg, "--entry", "other", "--random-inputs", "0")
+    assert r.returncode == 1 and "was compiled from @main, not @other" in r.stderr
+    r = gc("run", pkg, "--target", "cuda", "--random-inputs", "0")
+    assert r.returncode == 1 and "net.gcpkg was compiled for llvm, not cuda" in r.stderr
+    assert gc("run", pkg, "--entry", "main", "--target", "llvm", "--random-inputs", "0").returncode == 0

@@ -243,20 +243,35 @@ class CompiledModel:
                     z.writestr("source.gir", self.source)
 
     @staticmethod
+    def read_plan(path: str | Path) -> dict:
+        """The plan.json of a saved model (its target, entry, signature...) without loading its kernels."""
+        with CompiledModel._open(path) as z:
+            return CompiledModel._plan_of(path, z)
+
+    @staticmethod
+    def _open(path: str | Path) -> zipfile.ZipFile:
+        try:
+            return zipfile.ZipFile(path)
+        except (OSError, zipfile.BadZipFile) as e:
+            raise GCError(f"cannot read compiled model {path}: {e}") from None
+
+    @staticmethod
+    def _plan_of(path: str | Path, z: zipfile.ZipFile) -> dict:
+        if "plan.json" not in z.namelist():
+            raise GCError(f"{path} is not a gc compiled model (a zip file without plan.json); "
+                          "`gc compile FILE.gir -o OUT.gcpkg` makes one")
+        plan = json.loads(z.read("plan.json"))
+        if plan.get("format") != FORMAT:
+            raise GCError(f"{path} is not a gc compiled model ({FORMAT})")
+        return plan
+
+    @staticmethod
     def load(path: str | Path) -> CompiledModel:
         import tvm
 
-        try:
-            z = zipfile.ZipFile(path)
-        except (OSError, zipfile.BadZipFile) as e:
-            raise GCError(f"cannot read compiled model {path}: {e}") from None
+        z = CompiledModel._open(path)
         with z, tempfile.TemporaryDirectory() as d:
-            if "plan.json" not in z.namelist():
-                raise GCError(f"{path} is not a gc compiled model (a zip file without plan.json); "
-                              "`gc compile FILE.gir -o OUT.gcpkg` makes one")
-            plan = json.loads(z.read("plan.json"))
-            if plan.get("format") != FORMAT:
-                raise GCError(f"{path} is not a gc compiled model ({FORMAT})")
+            plan = CompiledModel._plan_of(path, z)
             z.extract("lib.so", d)
             if plan["target"]["kind"] == "cuda" and _no_cuda_device(plan["target"]):
                 # TVM cannot even load a CUDA library without the driver.

@@ -231,3 +231,13 @@ def test_an_artifact_says_what_it_was_compiled_for(mlp: Path, tmp_path: Path) ->
     r = gc("run", pkg, "--target", "cuda", "--random-inputs", "0")
     assert r.returncode == 1 and "net.gcpkg was compiled for llvm, not cuda" in r.stderr
     assert gc("run", pkg, "--entry", "main", "--target", "llvm", "--random-inputs", "0").returncode == 0
+
+
+def test_compiling_one_function_leaves_the_others_alone(tmp_path: Path) -> None:
+    """A sibling of the entry is not compiled, so the passes say nothing about it (dce noted its unused
+    argument on every gc run --target llvm)."""
+    src = tmp_path / "two.gir"
+    src.write_text("func @other(%a: tensor<2xf32>, %b: tensor<2xf32>) -> tensor<2xf32> {\n  %y = graph.relu(%b)\n"
+                   "  return %y\n}\n" + MLP)
+    r = gc("run", str(src), "--target", "llvm", "--random-inputs", "0")
+    assert r.returncode == 0 and r.stderr == "" and r.stdout.startswith("result0: tensor<2x2xf32>")

@@ -66,11 +66,28 @@ def compile(source, target: str = "llvm", *, params: dict[str, np.ndarray] | Non
     text = print_module(module)
     if params:
         bind_params(module, entry, params)
+    _keep_reachable(module, entry)
     run_pipeline(module, PIPELINE if pipeline is None else pipeline)
     model = build(module, target, entry=entry, arch=arch, concurrent=concurrent)
     model.compile_seconds = time.perf_counter() - t0
     model.source = text
     return model
+
+
+def _keep_reachable(module: Module, entry: str) -> None:
+    """Only @entry and what it calls: the rest is not compiled, so no pass should spend time (or remarks)
+    on it."""
+    keep, todo = set(), [entry]
+    while todo:
+        name = todo.pop()
+        if name in keep:
+            continue
+        keep.add(name)
+        for op in module[name].ops:
+            ref = getattr(op, "callee", None) if op.name == "graph.call" else op.attrs.get("kernel")
+            if ref is not None and ref.name in module:
+                todo.append(ref.name)
+    module.funcs = {n: f for n, f in module.funcs.items() if n in keep}
 
 
 ALIGN = {"llvm": 64, "cuda": 256}  # vector loads on the CPU; CUDA's allocation granularity

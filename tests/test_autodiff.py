@@ -77,8 +77,9 @@ def test_original_function_stays_as_it_was() -> None:
     assert list(m.funcs) == ["main", "main_grad"]
 
 
-def test_wrt_restricts_the_gradients_and_keeps_argument_order() -> None:
-    m = differentiated(NET, "autodiff{wrt=b,w}")
+@pytest.mark.parametrize("wrt", ["b,w", "%b,%w"])
+def test_wrt_restricts_the_gradients_and_keeps_argument_order(wrt: str) -> None:
+    m = differentiated(NET, f"autodiff{{wrt={wrt}}}")
     g = m["main_grad"]
     assert [t.shape for t in g.result_types] == [(), (3, 5), (5,)]
     inputs = random_inputs(m["main"], 0, m)

@@ -122,6 +122,7 @@ def build_grad(module: Module, f: Func, wrt: Sequence[str] | None = None) -> Fun
     g.attrs.pop("kernel", None)
     inline_calls(module, g)
     args = {a.name: a for a in g.args}
+    wrt = [n.removeprefix("%") for n in wrt or ()]  # `wrt=%w1` names %w1 as well as `wrt=w1`
     if wrt:
         unknown = [n for n in wrt if n not in args]
         if unknown:

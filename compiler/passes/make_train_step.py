@@ -49,6 +49,7 @@ def trained_args(f: Func, params: Sequence[str] = ()) -> list[Value]:
     """The arguments of `f` a step updates: those named in `params` (in argument order), by default every
     floating-point argument that is not data (`data_args`). `f` has its calls inlined."""
     args = {a.name: a for a in f.args}
+    params = [n.removeprefix("%") for n in params]  # params=%w1 as well as params=w1
     unknown = [n for n in params if n not in args]
     if unknown:
         names = ", ".join("%" + n for n in args) or "none"

@@ -209,7 +209,7 @@ def test_cli_compare_json_has_both_sides(capsys: pytest.CaptureFixture, dead: Pa
 
 def test_cli_compare_without_a_pipeline_is_a_usage_error(capsys: pytest.CaptureFixture, dead: Path) -> None:
     rc, _, err = gc(capsys, "stats", dead, "--compare")
-    assert rc == 2 and "--compare needs a pipeline" in err
+    assert rc == 1 and "--compare needs a pipeline" in err
 
 
 def test_cli_data_args_and_entry(capsys: pytest.CaptureFixture) -> None:

@@ -263,11 +263,11 @@ def _check(module: Module, f: Func) -> list[str]:
                 writer[r] = op
                 continue
             lo, hi = where[d]
-            for v in ins:
+            for k, v in enumerate(ins):
                 a, b = where.get(v, (0, 0))
-                if a < hi and lo < b and not ((a, b) == (lo, hi) and _elementwise(module, op)):
+                if a < hi and lo < b and not ((a, b) == (lo, hi) and _in_place_ok(module, op, k)):
                     problems.append(f"{_at(op)}: writes bytes [{lo}, {hi}) over its own input %{v.name or '?'} "
-                                    f"[{a}, {b}), which only an elementwise kernel may do, element for element")
+                                    f"[{a}, {b}), which a kernel may do only where it reads that input element for element")
             for v, (a, b) in list(where.items()):
                 if v is d or v is r or not (a < hi and lo < b) or v not in written:
                     continue
@@ -283,10 +283,39 @@ def _check(module: Module, f: Func) -> list[str]:
     return problems
 
 
-def _elementwise(module: Module, op: Op) -> bool:
+IN_PLACE_KINDS = frozenset({"elementwise", "broadcast", "constant"})
+
+
+def writes_in_place_over(kernel: Func, index: int, epilogues: bool = True) -> bool:
+    """Whether `kernel` may write its one result over its argument `index`, of the result's shape: every
+    element of the result reads that argument at its own index only, before it is written. So in a kernel
+    made only of elementwise ops; and (`epilogues`) in one whose other ops (a conv, a matmul) never read
+    the argument, which flows only through elementwise ops of the result's shape into the result: the
+    residual `add` in a conv's epilogue reads x[i] as it writes y[i]."""
+    if len(kernel.results) != 1 or kernel.args[index].type.shape != kernel.results[0].type.shape:
+        return False
+    if all(op.kind in IN_PLACE_KINDS for op in kernel.ops):
+        return True
+    if not epilogues:
+        return False
+    shape, uses = kernel.results[0].type.shape, kernel.users()
+    todo, seen = [kernel.args[index]], set()
+    while todo:
+        v = todo.pop()
+        for op, _ in uses.get(v, []):
+            if op is None or op in seen:  # the result itself, or an op checked already
+                continue
+            if op.kind not in ("elementwise", "broadcast") or any(r.type.shape != shape for r in op.results):
+                return False
+            seen.add(op)
+            todo += op.results
+    return True
+
+
+def _in_place_ok(module: Module, op: Op, index: int) -> bool:
     if op.name != "exec.launch" or op.kernel.name not in module:
         return False
-    return all(k.kind in ("elementwise", "broadcast", "constant") for k in module[op.kernel.name].ops)
+    return writes_in_place_over(module[op.kernel.name], index)
 
 
 def _at(op: Op) -> str:

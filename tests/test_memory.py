@@ -15,11 +15,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import modules
 
+import compiler
 from compiler.diagnostics import GCError
 from compiler.inputs import random_inputs
 from compiler.interpreter import run
-from compiler.ir import Module
-from compiler.memory import SKEW, Block, check_plan, lower_bound, peak_bytes, place, plan_stats
+from compiler.ir import Func, Module
+from compiler.memory import (SKEW, Block, check_plan, lower_bound, peak_bytes, place, plan_stats,
+                             writes_in_place_over)
 from compiler.parser import parse, parse_file
 from compiler.passes.schedule import choose_order
 from compiler.pipeline import run_pipeline
@@ -277,6 +279,63 @@ def test_no_in_place_over_an_input_read_later() -> None:
     p = planned(parse(src, "x.gir"), "plan-memory")
     views = {op.result.name: op.offset for op in p["main"].ops if op.name == "mem.view"}
     assert len(set(views.values())) == 2  # %a lives on past tanh: tanh cannot write over it
+
+
+RESIDUAL = """func @main(%x: tensor<1x8x8x8xf32>, %w: tensor<8x8x3x3xf32>, %v: tensor<8x8x3x3xf32>) -> tensor<1x8xf32> {
+  %a = graph.exp(%x) : tensor<1x8x8x8xf32>
+  %h = graph.conv2d(%a, %w) {padding = [1, 1, 1, 1]} : tensor<1x8x8x8xf32>
+  %r = graph.relu(%h) : tensor<1x8x8x8xf32>
+  %c = graph.conv2d(%r, %v) {padding = [1, 1, 1, 1]} : tensor<1x8x8x8xf32>
+  %s = graph.add(%c, %a) : tensor<1x8x8x8xf32>
+  %o = graph.relu(%s) : tensor<1x8x8x8xf32>
+  %g = graph.reduce_max(%o) {axes = [2, 3]} : tensor<1x8xf32>
+  return %g
+}
+"""
+
+
+def _kernel(text: str, name: str) -> Func:
+    m = parse(text, "k.gir")
+    run_pipeline(m, "fuse")
+    return next(f for f in m if f.attrs.get("kernel") and f.name.startswith(name))
+
+
+def test_an_epilogue_operand_may_be_written_over_but_not_a_conv_input() -> None:
+    k = _kernel(RESIDUAL, "fused_conv2d_add_relu")
+    names = [a.name for a in k.args]
+    assert writes_in_place_over(k, names.index("a"))  # read by the add only, at the index written
+    assert not writes_in_place_over(k, names.index("a"), epilogues=False)
+    assert not writes_in_place_over(k, names.index("r"))  # the conv reads its neighbours
+    # The same operand also feeding the conv: no longer element for element.
+    both = RESIDUAL.replace("graph.conv2d(%r, %v)", "graph.conv2d(%a, %v)")
+    k = _kernel(both, "fused_conv2d_add_relu")
+    assert not writes_in_place_over(k, [a.name for a in k.args].index("a"))
+    # Broadcast into the result (a bias of another shape) is not the result's index either.
+    bias = """func @main(%x: tensor<4x8xf32>, %w: tensor<8x8xf32>, %b: tensor<8xf32>) -> tensor<4x8xf32> {
+  %m = graph.matmul(%x, %w) : tensor<4x8xf32>
+  %y = graph.add(%m, %b) : tensor<4x8xf32>
+  return %y
+}
+"""
+    k = _kernel(bias, "fused_matmul_add")
+    assert not writes_in_place_over(k, [a.name for a in k.args].index("b"))
+
+
+def test_a_residual_blocks_output_takes_its_inputs_bytes_and_computes_the_same() -> None:
+    src = parse(RESIDUAL, "r.gir")
+    inputs = random_inputs(src["main"], 0, src)
+    want = run(src, inputs)[0]
+    on = planned(parse(RESIDUAL, "r.gir"), "fuse,schedule,plan-memory{in-place-epilogues=true}")
+    off = planned(parse(RESIDUAL, "r.gir"), "fuse,schedule,plan-memory")
+    views = {op.result.name: op.offset for op in on["main"].ops if op.name == "mem.view"}
+    launches = {op.result.name: op for op in on["main"].ops if op.name == "exec.launch"}
+    a_view, o_view = (launches[n].operands[-1].owner.offset for n in ("a", "o"))
+    assert a_view == o_view, views  # %o written over %a, which dies at that kernel
+    assert plan_stats(on["main"])["arena_bytes"] < plan_stats(off["main"])["arena_bytes"]
+    np.testing.assert_array_equal(run(on, inputs)[0], want)
+    model = compiler.compile(RESIDUAL, "llvm")  # the CPU build writes epilogues in place
+    for _ in range(2):
+        np.testing.assert_allclose(model(**inputs)[0], want, rtol=1e-4, atol=1e-5)
 
 
 # --- results, arguments, constants ----------------------------------------------------------------

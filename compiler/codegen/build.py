@@ -109,10 +109,12 @@ def plan_module(module: Module, target: str = "llvm", entry: str = "main", *, co
     streams = ",assign-streams" if target == "cuda" else ""
     flag = "true" if concurrent and target == "cuda" else "false"
     # On the CPU a conv reads its input from a zero-bordered buffer in place (see plan-memory); the CUDA
-    # schedules stage inputs through shared memory anyway.
-    borders = "true" if target == "llvm" else "false"
-    run_pipeline(module, f"schedule,plan-memory{{align={ALIGN[target]},concurrent={flag},conv-borders={borders}}}"
-                         f"{streams}")
+    # schedules stage inputs through shared memory anyway. The CPU schedules write a conv or matmul
+    # result tile by tile, reading an epilogue operand just where they write, so the result may go over
+    # it (tested against the interpreter; on CUDA that is not verified on a GPU yet).
+    cpu = "true" if target == "llvm" else "false"
+    run_pipeline(module, f"schedule,plan-memory{{align={ALIGN[target]},concurrent={flag},conv-borders={cpu},"
+                         f"in-place-epilogues={cpu}}}{streams}")
     return file_order_bound
 
 

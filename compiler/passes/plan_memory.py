@@ -17,6 +17,8 @@ Output: the same function in the `mem`/`exec` dialects:
   best-fit placement over several orders (`compiler.memory.place`), aligned to `align` bytes.
 - In place: a kernel made only of elementwise/broadcast ops writes its output over an input of the same
   shape and size that dies at it (each output element reads only that input element, at its own index).
+  With `in-place-epilogues` (on in the CPU build), so does a conv or matmul kernel over an input only its
+  elementwise epilogue reads: a residual block's output over the block's input, which its `add` reads.
 - `conv-borders` (on in the CPU build): a tensor that a kernel's padded conv2d reads as its input
   gets a buffer of its own outside the arena with a zero border as wide as that padding
   (`mem.alloc {pads = [0, 0, 1, 1, 0, 0, 1, 1]}`); its producer writes the interior, and the
@@ -36,15 +38,12 @@ from dataclasses import dataclass, field
 
 from compiler.diagnostics import GCError
 from compiler.ir import Func, Module, Op, SymbolRef, Value
-from compiler.memory import Block, check_plan, is_planned, lifetimes, place, plan_stats
+from compiler.memory import Block, check_plan, is_planned, lifetimes, place, plan_stats, writes_in_place_over
 from compiler.passes import Pass
 from compiler.passes.fuse import unique_name
 from dialects.exec import Copy, Launch
 from dialects.graph.creation import Call
 from dialects.mem import Alloc, Arena, View, padded_bytes
-
-IN_PLACE_KINDS = frozenset({"elementwise", "broadcast", "constant"})
-
 
 @dataclass
 class PlanMemory(Pass):
@@ -52,6 +51,8 @@ class PlanMemory(Pass):
     summary = "one arena for all intermediates (lifetimes, best-fit offsets, in-place); explicit mem/exec IR"
     align: int = field(default=64, metadata={"help": "offset alignment in bytes (64 for CPU, 256 for CUDA)"})
     in_place: bool = field(default=True, metadata={"help": "let elementwise kernels write over a dying input"})
+    in_place_epilogues: bool = field(default=False, metadata={
+        "help": "let a conv/matmul kernel write over a dying input that only its elementwise epilogue reads"})
     concurrent: bool = field(default=False, metadata={
         "help": "share bytes only between tensors ordered by data dependence, so that independent branches "
                 "may run at once (for assign-streams)"})
@@ -76,7 +77,8 @@ class PlanMemory(Pass):
             kernels = _outline(module, f, taken)
             order += kernels
             borders = _borders(module, f) if self.conv_borders else {}
-            stats = _plan(module, f, self.align, self.in_place, self.concurrent, borders)
+            in_place = _InPlace(self.in_place, self.in_place_epilogues)
+            stats = _plan(module, f, self.align, in_place, self.concurrent, borders)
             self.stats.update(stats)
         module.funcs = {f.name: f for f in order}
         for f in module:
@@ -148,10 +150,20 @@ def _borders(module: Module, f: Func) -> dict[Value, tuple[int, ...]]:
     return out
 
 
-def _plan(module: Module, f: Func, align: int, in_place: bool, concurrent: bool,
+@dataclass(frozen=True)
+class _InPlace:
+    """Which kernels may write their output over a dying input (compiler.memory.writes_in_place_over)."""
+
+    elementwise: bool
+    epilogues: bool
+
+
+def _plan(module: Module, f: Func, align: int, in_place: _InPlace, concurrent: bool,
           borders: dict[Value, tuple[int, ...]]) -> dict[str, int]:
     steps = [op for op in f.ops if op.name != "graph.constant"]
     every = lifetimes(f, steps, align)
+    donors = _border_donors(module, steps, borders, every, in_place) if borders and not concurrent else {}
+    borders = {**borders, **{v: borders[u] for v, u in donors.items()}}
     lts = [lt for lt in every if lt.value not in borders]
     life = {lt.value: lt for lt in lts}
     order = _Order(steps) if concurrent else None
@@ -159,7 +171,7 @@ def _plan(module: Module, f: Func, align: int, in_place: bool, concurrent: bool,
     block_of: dict[Value, Block] = {}
     joined = 0
     for lt in lts:
-        donor = _donor(module, lt.value.owner, life, block_of, order) if in_place else None
+        donor = _donor(module, lt.value.owner, life, block_of, order, in_place.epilogues) if in_place.elementwise else None
         if donor is not None:
             b = block_of[donor]
             b.end = max(b.end, lt.end)
@@ -181,7 +193,7 @@ def _plan(module: Module, f: Func, align: int, in_place: bool, concurrent: bool,
     # Bordered buffers are shared only by tensors of one shape and border; where they would make the plan
     # bigger than a buffer per tensor (a short chain of convs: little else to share), the convs copy
     # their input padded instead.
-    shared = _share_borders(borders, every)
+    shared = _share_borders(borders, every, donors)
     bordered = sum(padded_bytes(group[0].type, borders[group[0]]) for group in shared)
     if borders and size + bordered > sum(lt.value.type.nbytes for lt in every):
         return _plan(module, f, align, in_place, concurrent, {})
@@ -194,17 +206,44 @@ def _plan(module: Module, f: Func, align: int, in_place: bool, concurrent: bool,
     return stats
 
 
-def _share_borders(borders: dict[Value, tuple[int, ...]], lts) -> list[list[Value]]:
+def _border_donors(module: Module, steps: list[Op], borders: dict[Value, tuple[int, ...]], lts,
+                   in_place: _InPlace) -> dict[Value, Value]:
+    """Tensor -> the bordered input of its kernel it may be written over (same type; dies there; read
+    once, element for element): a residual block's output over the block's input. The output takes the
+    input's buffer, border and all, though no conv of its own may need the border (b1 over the stem in
+    examples/cnn.gir): its readers take the interior."""
+    if not in_place.elementwise:
+        return {}
+    life = {lt.value: lt for lt in lts}
+    has = dict(borders)
+    out = {}
+    for call in steps:
+        if len(call.results) != 1 or call.result not in life:
+            continue
+        v, kernel = call.result, module[call.callee.name]
+        for i, u in enumerate(call.operands):
+            if (u in has and has.get(v, has[u]) == has[u] and u.type == v.type and life[u].end == life[v].start
+                    and sum(1 for x in call.operands if x is u) == 1
+                    and writes_in_place_over(kernel, i, in_place.epilogues)):
+                out[v] = u
+                has[v] = has[u]
+                break
+    return out
+
+
+def _share_borders(borders: dict[Value, tuple[int, ...]], lts, donors: dict[Value, Value]) -> list[list[Value]]:
     """Bordered tensors grouped into buffers: tensors of one shape, dtype and border whose lifetimes do
     not touch share a buffer (each writes the whole interior, and the border is never written, so it
-    stays zero for all of them). Greedy by start, into the buffer free longest (ResNet-18's stages
-    hold many maps of one shape, few alive at once)."""
+    stays zero for all of them), and a tensor written in place over its donor joins the donor's.
+    Greedy by start, into the buffer free longest (ResNet-18's stages hold many maps of one shape, few
+    alive at once)."""
     life = {lt.value: lt for lt in lts}
     groups: list[list[Value]] = []
     by_key: dict[tuple, list[list[Value]]] = {}
     for v in sorted(borders, key=lambda v: life[v].start):
         key = (v.type.shape, str(v.type.dtype), borders[v])
-        done = [g for g in by_key.get(key, []) if life[g[-1]].end < life[v].start]
+        done = [g for g in by_key.get(key, []) if g[-1] is donors.get(v)]
+        done = done or [g for g in by_key.get(key, []) if life[g[-1]].end < life[v].start]
         if done:
             g = min(done, key=lambda g: life[g[-1]].end)
             g.append(v)
@@ -243,19 +282,23 @@ class _Order:
                     or all(self.done_before(v, self.step[u.owner]) for u in a.members for v in b.members))
 
 
-def _donor(module: Module, call: Op, life: dict, block_of: dict, order: _Order | None) -> Value | None:
-    """The input an elementwise kernel may write its output over: same shape and bytes, dies here."""
+def _donor(module: Module, call: Op, life: dict, block_of: dict, order: _Order | None,
+           epilogues: bool) -> Value | None:
+    """The input the kernel may write its output over: same shape and bytes, read element for element
+    (`writes_in_place_over`), dies here."""
     kernel = module[call.callee.name]
-    if len(call.results) != 1 or any(op.kind not in IN_PLACE_KINDS for op in kernel.ops):
+    if len(call.results) != 1:
         return None
     out = call.result
     step = life[out].start
-    for v in call.operands:
+    for i, v in enumerate(call.operands):
         lt = life.get(v)
         # Read once (a second read could see the new value), and nothing else in its block lives on.
-        if (lt is not None and v in block_of and lt.end == step and block_of[v].end == step and v.type.shape == out.type.shape
-                and v.type.nbytes == out.type.nbytes and sum(1 for x in call.operands if x is v) == 1
-                and (order is None or all(order.done_before(w, step, but=step) for w in block_of[v].members))):
+        if (lt is not None and v in block_of and lt.end == step and block_of[v].end == step
+                and v.type.shape == out.type.shape and v.type.nbytes == out.type.nbytes
+                and sum(1 for x in call.operands if x is v) == 1
+                and (order is None or all(order.done_before(w, step, but=step) for w in block_of[v].members))
+                and writes_in_place_over(kernel, i, epilogues)):
             return v
     return None
 

@@ -122,15 +122,17 @@ SETTINGS = settings(max_examples=150, deadline=None,
 
 
 @SETTINGS
-@given(modules(max_ops=14, max_args=3), st.booleans(), st.sampled_from(["auto", "greedy", "exact", "file"]))
-def test_random_dags_plan_soundly_within_5_percent_of_the_lower_bound(m: Module, fuse: bool, policy: str) -> None:
+@given(modules(max_ops=14, max_args=3), st.booleans(), st.sampled_from(["auto", "greedy", "exact", "file"]),
+       st.booleans())
+def test_random_dags_plan_soundly_within_5_percent_of_the_lower_bound(m: Module, fuse: bool, policy: str,
+                                                                      epilogues: bool) -> None:
     inputs = random_inputs(m["main"], 1, m)
     with np.errstate(all="ignore"):
         expected = run(m, inputs)
     if fuse:
         run_pipeline(m, "fuse")
     file_order = peak_bytes(m["main"], align=64)
-    p = planned(m, f"schedule{{policy={policy}}},plan-memory")
+    p = planned(m, f"schedule{{policy={policy}}},plan-memory{{in-place-epilogues={str(epilogues).lower()}}}")
     check_plan(p, p["main"])
     stats = plan_stats(p["main"], 64)  # in the units the arena allocates: tiny tensors take 64 bytes
     assert stats["lower_bound_bytes"] <= file_order

@@ -378,8 +378,9 @@ class _Builder:
         source = np.array(arr.tolist() if arr.dtype == object else arr)
         with np.errstate(over="ignore"):
             values = source.astype(ty.dtype.np)
-        if ty.dtype.is_float and np.any(np.isinf(values.astype(np.float64)) & np.isfinite(source)):
-            big = source.reshape(-1)[np.flatnonzero(np.isinf(values.astype(np.float64)) & np.isfinite(source))[0]]
+        overflow = np.isinf(values.astype(np.float64)) & np.isfinite(source) if ty.dtype.is_float else None
+        if overflow is not None and overflow.any():
+            big = source.reshape(-1)[np.flatnonzero(overflow)[0]]
             raise GCError(f"dense value {big:g} is out of range for {ty.dtype} "
                           f"(largest {float(ml_dtypes.finfo(ty.dtype.np).max):g}; write inf for infinity)", loc)
         try:

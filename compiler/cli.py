@@ -7,13 +7,14 @@ Exit codes: 0 success, 1 a problem with the user's input (diagnostics on stderr)
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import traceback
 from pathlib import Path
 
 import numpy as np
 
-from compiler.diagnostics import GCError, writing
+from compiler.diagnostics import GCError, Location, writing
 
 EXAMPLES = """\
 examples:
@@ -59,6 +60,33 @@ def main(argv: list[str] | None = None) -> int:
         return 3
 
 
+REQUIRED_STATS = ("arena_bytes", "naive_bytes", "lower_bound_bytes", "num_kernels", "compile_seconds")
+
+
+def _seed(text: str) -> int:
+    """A random seed: NumPy takes non-negative integers only."""
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed is a non-negative integer, got {text}")
+    return value
+
+
+_seed.__name__ = "seed"  # argparse names the type in "invalid seed value: 'x'"
+
+
+def _finite(lo: float, what: str):
+    """An argparse type: a finite float >= lo (a tolerance, a learning rate)."""
+
+    def parse(text: str) -> float:
+        value = float(text)
+        if not (math.isfinite(value) and value >= lo):
+            raise argparse.ArgumentTypeError(f"{what} must be a finite number >= {lo:g}, got {text}")
+        return value
+
+    parse.__name__ = "number"
+    return parse
+
+
 class _ArgumentParser(argparse.ArgumentParser):
     """argparse, but a bad command line exits 1 like every other mistake of the user's (argparse says 2)."""
 
@@ -84,7 +112,7 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--target", default=None, choices=["interp", "llvm", "cuda"],
                    help="where to run: interp is the NumPy reference interpreter (default for .gir files)")
     r.add_argument("--inputs", metavar="IN.npz", help="inputs keyed by argument name")
-    r.add_argument("--random-inputs", metavar="SEED", type=int,
+    r.add_argument("--random-inputs", metavar="SEED", type=_seed,
                    help="fill every input not in --inputs deterministically from SEED")
     r.add_argument("--outputs", metavar="OUT.npz", help="write the outputs here, keyed result0, result1, ...")
     r.add_argument("--entry", default="main", metavar="NAME", help="the function to run (default: main)")
@@ -161,9 +189,9 @@ def _parser() -> argparse.ArgumentParser:
                         "tolerance, with the max absolute and relative error. Exit 1 if one does.")
     bi.add_argument("file", help="the .gir file, or - for standard input")
     _pipeline_args(bi)
-    bi.add_argument("--rtol", type=float, default=1e-4, help="relative tolerance (default 1e-4)")
-    bi.add_argument("--atol", type=float, default=1e-5, help="absolute tolerance (default 1e-5)")
-    bi.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    bi.add_argument("--rtol", type=_finite(0, "--rtol"), default=1e-4, help="relative tolerance (default 1e-4)")
+    bi.add_argument("--atol", type=_finite(0, "--atol"), default=1e-5, help="absolute tolerance (default 1e-5)")
+    bi.add_argument("--seed", type=_seed, default=0, help="seed of the random inputs (default 0)")
     bi.set_defaults(func=cmd_bisect)
 
     st = sub.add_parser("stats", help="count a function's ops, kernels, FLOPs, parameters and memory",
@@ -259,7 +287,7 @@ def _parser() -> argparse.ArgumentParser:
     tr.add_argument("--target", default="llvm", choices=["interp", "llvm", "cuda"],
                     help="where the step runs: llvm (default, compiled once), cuda, or interp (the reference "
                     "interpreter)")
-    tr.add_argument("--lr", type=float, default=0.1, help="learning rate (default 0.1)")
+    tr.add_argument("--lr", type=_finite(0, "--lr"), default=0.1, help="learning rate (default 0.1)")
     tr.add_argument("--batch-size", type=int, metavar="N",
                     help="train at this batch size (default: the function's own leading data dimension)")
     tr.add_argument("--examples", type=int, metavar="N", help="size of the synthetic data set (default 16 batches)")
@@ -268,7 +296,7 @@ def _parser() -> argparse.ArgumentParser:
                     "floating-point one but the data)")
     tr.add_argument("-o", "--output", metavar="OUT.npz", help="where to write the weights (default: FILE.trained.npz)")
     tr.add_argument("--entry", default="main", metavar="NAME", help="the loss function (default: main)")
-    tr.add_argument("--seed", type=int, default=0, help="seed of the data set and the initial weights (default 0)")
+    tr.add_argument("--seed", type=_seed, default=0, help="seed of the data set and the initial weights (default 0)")
     tr.set_defaults(func=_cmd_train)
     return p
 
@@ -316,7 +344,10 @@ def _pipeline_text(args) -> str:
     for plugin in args.load_pass_plugin:
         if not Path(plugin).is_file():
             raise GCError(f"cannot load pass plugin {plugin}: no such file")
-        runpy.run_path(plugin)
+        try:
+            runpy.run_path(plugin)
+        except SyntaxError as e:  # the user's file: a diagnostic at its line, not a traceback
+            raise GCError(f"pass plugin: {e.msg}", Location(plugin, e.lineno or 1, e.offset or 1)) from None
 
     if args.pipeline is not None and args.opt_level:
         raise UsageError("give either -p PIPELINE or -O0/-O1/-O2, not both")
@@ -648,8 +679,11 @@ def _compile_stats(args) -> int:
 
     try:
         stats = json.loads(Path(args.file).read_text(encoding="utf-8"))
+        if not isinstance(stats, dict) or any(k not in stats for k in REQUIRED_STATS):
+            raise ValueError("it has no " + ", ".join(k for k in REQUIRED_STATS if not isinstance(stats, dict)
+                                                      or k not in stats))
         text = format_compile_stats(stats) if not args.json else json.dumps(stats, indent=2) + "\n"
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise GCError(f"{args.file}: not a statistics file written by `gc compile --stats` ({e})") from None
     sys.stdout.write(text)
     return 0

@@ -20,13 +20,20 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
     """The arrays of an .npz; bf16 ones (which .npy stores as raw 2-byte voids, '|V2') come back as bf16."""
     try:
         data = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, zipfile.BadZipFile) as e:
-        raise GCError(f"cannot read inputs from {path}: {e}") from None
+    except (OSError, zipfile.BadZipFile) as e:
+        raise GCError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    except ValueError:  # NumPy's guess for bytes it cannot place is "pickled data"
+        raise GCError(f"cannot read {path}: not an .npz file (np.savez writes one)") from None
     if not isinstance(data, np.lib.npyio.NpzFile):  # an .npy: one array, no names
         raise GCError(f"{path} holds one unnamed array (an .npy file); give an .npz keyed by argument name, "
                       "e.g. np.savez('in.npz', x=x)")
+    arrays = {}
     with data:
-        arrays = {k: data[k] for k in data.files}
+        for k in data.files:
+            try:
+                arrays[k] = data[k]
+            except ValueError:
+                raise GCError(f"{path}: '{k}' is an array of Python objects, not numbers") from None
     return restore_bf16(arrays)
 
 
@@ -50,9 +57,11 @@ def restore_bf16(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 
 def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
-    """Write arrays to an .npz that NumPy alone reads back: bf16 ones as f32 (exact), not as raw voids."""
+    """Write arrays to an .npz that NumPy alone reads back: bf16 ones as f32 (exact), not as raw voids.
+    At exactly `path`: np.savez given a name adds `.npz` to it."""
     bf16 = DType.bf16.np
-    np.savez(path, **{k: x.astype(np.float32) if x.dtype == bf16 else x for k, x in arrays.items()})
+    with open(path, "wb") as fh:
+        np.savez(fh, **{k: x.astype(np.float32) if x.dtype == bf16 else x for k, x in arrays.items()})
 
 
 def random_inputs(f: Func, seed: int, module: Module | None = None) -> dict[str, np.ndarray]:

@@ -267,7 +267,8 @@ def _check(module: Module, f: Func) -> list[str]:
                 a, b = where.get(v, (0, 0))
                 if a < hi and lo < b and not ((a, b) == (lo, hi) and _in_place_ok(module, op, k)):
                     problems.append(f"{_at(op)}: writes bytes [{lo}, {hi}) over its own input %{v.name or '?'} "
-                                    f"[{a}, {b}), which a kernel may do only where it reads that input element for element")
+                                    f"[{a}, {b}), which a kernel may do only where it reads that input element "
+                                    "for element")
             for v, (a, b) in list(where.items()):
                 if v is d or v is r or not (a < hi and lo < b) or v not in written:
                     continue

@@ -112,13 +112,15 @@ def count_flops(f: Func) -> int:
 
 def cmd_prune(args) -> int:
     """`gc prune net.gir --params w.npz --sparsity 0.5 --mode channel -o pruned.gir --params-out pruned.npz`"""
-    from compiler.inputs import load_npz
+    from compiler.inputs import load_npz, save_npz
     from compiler.parser import parse_file
     from compiler.printer import print_module
 
     module = parse_file(args.file)
     params = load_npz(args.params) if args.params else {}
     entry = getattr(args, "entry", None) or "main"
+    if entry in module:
+        _check_weights_given(module[entry], params, args.params)
     pruned, new_params = prune_npz(module, params, args.sparsity, args.mode, entry)
     text = print_module(pruned)
     if args.output:
@@ -128,7 +130,7 @@ def cmd_prune(args) -> int:
         sys.stdout.write(text)
     if args.params_out:
         with writing(args.params_out):
-            np.savez(args.params_out, **new_params)
+            save_npz(args.params_out, new_params)
     elif new_params:
         print("gc prune: no --params-out given: the pruned parameters were not saved", file=sys.stderr)
     report = sys.stdout if args.output else sys.stderr
@@ -137,7 +139,26 @@ def cmd_prune(args) -> int:
     f0, f1 = count_flops(before), count_flops(after)
     print(f"parameters: {n0} -> {n1} ({_change(n0, n1)}), nonzero {nz0} -> {nz1} ({_change(nz0, nz1)})", file=report)
     print(f"FLOPs:      {f0} -> {f1} ({_change(f0, f1)})", file=report)
+    if args.sparsity > 0 and (n0, nz0) == (n1, nz1):
+        print(f"gc prune: nothing was pruned: no matmul or conv2d of @{entry} reads a weight directly (one read "
+              "through a transpose, as ONNX's Gemm imports, is not pruned yet)", file=sys.stderr)
     return 0
+
+
+def _check_weights_given(f: Func, params: dict[str, np.ndarray], path: str | None) -> None:
+    """Every argument a matmul or conv2d reads as its weight must come in the .npz: pruning the others
+    and passing that one through would leave a half-pruned net without a word."""
+    args = set(f.args)
+    weights = list(dict.fromkeys(op.operands[1] for op in f.ops if op.name in ("graph.matmul", "graph.conv2d")
+                                 and op.operands[1] in args and op.operands[1].type.dtype.is_float))
+    missing = [w for w in weights if w.name not in params]
+    if not missing:
+        return
+    names = ", ".join("%" + w.name for w in weights)
+    if path is None:
+        raise GCError(f"@{f.name} takes its weights ({names}) as arguments: give them with --params W.npz")
+    raise GCError(f"{path} has no '{missing[0].name}', the weight of a layer of @{f.name} (weights: {names})",
+                  missing[0].loc)
 
 
 def _change(a: int, b: int) -> str:

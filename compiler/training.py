@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.diagnostics import GCError, writing
+from compiler.inputs import save_npz
 from compiler.ir import Func, Module, Value
 from compiler.passes.autodiff import inline_calls
 from compiler.passes.make_train_step import build_train_step, trained_args
@@ -140,6 +141,8 @@ def load_params(path: str, f: Func, params: list[str]) -> dict[str, np.ndarray]:
         t = types[name]
         if tuple(x.shape) != t.shape or not np.can_cast(x.dtype, t.dtype.np, "same_kind"):
             raise GCError(f"{path}: %{name} is {list(x.shape)} {x.dtype}, @{f.name} takes {t}")
+        if x.dtype.kind == "f" and not np.isfinite(x).all():
+            raise GCError(f"{path}: %{name} holds NaN or infinity: training cannot start from it")
     return {k: v.astype(types[k].dtype.np) for k, v in given.items()}
 
 
@@ -353,6 +356,8 @@ def cmd_train(args) -> int:
 
     if args.steps < 1:
         raise GCError(f"--steps must be at least 1, got {args.steps}")
+    if args.examples is not None and args.examples < 1:
+        raise GCError(f"--examples must be at least 1, got {args.examples}")
     module = parse_file(args.file)
     params = [n.strip() for n in args.train.split(",") if n.strip()] if args.train else None
     task = prepare(module, args.entry, args.lr, params, args.batch_size)
@@ -380,7 +385,7 @@ def cmd_train(args) -> int:
     seconds = time.perf_counter() - t0
     out = args.output or Path(args.file).stem + ".trained.npz"
     with writing(out):
-        np.savez(out, **trained)
+        save_npz(out, trained)
     print(f"first loss {losses[0]:.6g}")
     print(
         f"last loss {losses[-1]:.6g} ({losses[-1] / losses[0]:.1%} of the first)"

@@ -241,3 +241,47 @@ def test_compiling_one_function_leaves_the_others_alone(tmp_path: Path) -> None:
                    "  return %y\n}\n" + MLP)
     r = gc("run", str(src), "--target", "llvm", "--random-inputs", "0")
     assert r.returncode == 0 and r.stderr == "" and r.stdout.startswith("result0: tensor<2x2xf32>")
+
+
+@pytest.mark.parametrize("args, message", [
+    (("bisect", "MLP", "-O2", "--seed", "-1"), "argument --seed: a seed is a non-negative integer, got -1"),
+    (("run", "MLP", "--random-inputs", "x"), "argument --random-inputs: invalid seed value: 'x'"),
+    (("bisect", "MLP", "-O2", "--rtol", "nan"), "argument --rtol: --rtol must be a finite number >= 0, got nan"),
+    (("bisect", "MLP", "-O2", "--atol", "inf"), "--atol must be a finite number >= 0, got inf"),
+    (("train", "MLP", "--lr", "-1"), "--lr must be a finite number >= 0, got -1"),
+])
+def test_out_of_range_options_are_usage_errors(mlp: Path, args: tuple, message: str) -> None:
+    r = gc(*(str(mlp) if a == "MLP" else a for a in args))
+    assert r.returncode == 1 and message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_npz_files_numpy_cannot_read_as_numbers_are_diagnostics(mlp: Path, tmp_path: Path) -> None:
+    np.savez(tmp_path / "obj.npz", x=np.array([np.ones(3)], dtype=object))
+    (tmp_path / "junk.npz").write_bytes(b"garbage")
+    r = gc("run", str(mlp), "--inputs", str(tmp_path / "obj.npz"))
+    assert r.returncode == 1 and "obj.npz: 'x' is an array of Python objects, not numbers" in r.stderr
+    r = gc("run", str(mlp), "--inputs", str(tmp_path / "junk.npz"))
+    assert r.returncode == 1 and "junk.npz: not an .npz file" in r.stderr
+
+
+def test_a_plugin_with_a_syntax_error_is_a_diagnostic_at_its_line(mlp: Path, tmp_path: Path) -> None:
+    plugin = tmp_path / "syn.py"
+    plugin.write_text("x = (\n")
+    r = gc("opt", str(mlp), "--load-pass-plugin", str(plugin), "-O1")
+    assert r.returncode == 1 and f"{plugin}:1:5: error: pass plugin: '(' was never closed" in r.stderr
+
+
+def test_stats_of_a_json_that_is_not_gc_compile_stats(tmp_path: Path) -> None:
+    (tmp_path / "list.json").write_text("[1, 2]")
+    r = gc("stats", str(tmp_path / "list.json"))
+    assert r.returncode == 1 and "not a statistics file written by `gc compile --stats` (it has no arena_bytes" \
+        in r.stderr
+
+
+def test_npz_outputs_go_to_exactly_the_path_given(mlp: Path, tmp_path: Path) -> None:
+    out = tmp_path / "result.bin"
+    assert gc("run", str(mlp), "--random-inputs", "0", "--outputs", str(out)).returncode == 0
+    assert out.is_file() and not (tmp_path / "result.bin.npz").exists()
+    assert np.load(out)["result0"].shape == (2, 2)
+    r = gc("run", str(mlp), "--random-inputs", "0", "--outputs", str(tmp_path))
+    assert r.returncode == 1 and f"cannot write {tmp_path}: Is a directory" in r.stderr

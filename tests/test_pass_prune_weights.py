@@ -451,3 +451,30 @@ def test_cmd_prune_writes_module_and_parameters(tmp_path: Path, capsys) -> None:
         params = {k: data[k] for k in data.files}
     assert params["w1"].shape == (12, 5) and params["w2"].shape == (5, 3) and params["w3"].shape == (3, 4)
     assert run(pruned, {"x": inputs["x"], **params})[0].shape == (8, 4)
+
+
+def _prune_args(tmp_path: Path, params: str | None, text: str = MLP) -> argparse.Namespace:
+    (tmp_path / "net.gir").write_text(text)
+    return argparse.Namespace(file=str(tmp_path / "net.gir"), params=params, sparsity=0.5, mode="unstructured",
+                              output=str(tmp_path / "pruned.gir"), params_out=str(tmp_path / "pruned.npz"))
+
+
+def test_cmd_prune_needs_every_weight_it_is_to_prune(tmp_path: Path) -> None:
+    """Pruning the layers whose weights came and passing one through would leave a half-pruned net."""
+    m = parse(MLP)
+    weights = {k: v for k, v in random_inputs(m["main"], 6).items() if k != "x"}
+    layer_weights = [op.operands[1].name for op in m["main"].ops if op.name == "graph.matmul"]
+    with pytest.raises(GCError, match="takes its weights .* as arguments: give them with --params W.npz"):
+        cmd_prune(_prune_args(tmp_path, None))
+    np.savez(tmp_path / "miss.npz", **{k: v for k, v in weights.items() if k != layer_weights[-1]})
+    with pytest.raises(GCError, match=f"miss.npz has no '{layer_weights[-1]}', the weight of a layer of @main"):
+        cmd_prune(_prune_args(tmp_path, str(tmp_path / "miss.npz")))
+
+
+def test_cmd_prune_says_when_nothing_was_pruned(tmp_path: Path, capsys) -> None:
+    text = ("func @main(%x: tensor<4x8xf32>, %w: tensor<6x8xf32>) -> tensor<4x6xf32> {\n"
+            "  %t = graph.transpose(%w)\n  %y = graph.matmul(%x, %t)\n  return %y\n}\n")
+    np.savez(tmp_path / "w.npz", w=np.ones((6, 8), np.float32))
+    assert cmd_prune(_prune_args(tmp_path, str(tmp_path / "w.npz"), text)) == 0
+    assert "gc prune: nothing was pruned: no matmul or conv2d of @main reads a weight directly" \
+        in capsys.readouterr().err

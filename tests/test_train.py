@@ -307,7 +307,9 @@ def test_gc_train_starts_from_given_params(net: Path, tmp_path: Path, capsys) ->
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--params", "bad.npz"], "cannot read inputs from"),
+        (["--params", "bad.npz"], "cannot read bad.npz: not an .npz file"),
+        (["--params", "nan.npz"], "nan.npz: %w1 holds NaN or infinity"),
+        (["--examples", "0"], "--examples must be at least 1, got 0"),
         (["--params", "data.npz"], "%x is data, not a trained weight"),
         (["--params", "shape.npz"], "%w1 is [2] float32, @main takes tensor<6x16xf32>"),
         (["--train", "nope"], "@main has no argument %nope"),
@@ -320,6 +322,7 @@ def test_gc_train_diagnostics(net: Path, tmp_path: Path, capsys, monkeypatch, ex
     (tmp_path / "bad.npz").write_text("not an npz")
     np.savez(tmp_path / "data.npz", x=np.zeros((8, 6), np.float32))
     np.savez(tmp_path / "shape.npz", w1=np.zeros(2, np.float32))
+    np.savez(tmp_path / "nan.npz", w1=np.full((6, 16), np.nan, np.float32))
     assert gc_main(["train", str(net), "--target", "interp", "--steps", "2", *extra]) == 1
     assert message in capsys.readouterr().err
 

@@ -27,6 +27,7 @@ import numpy as np
 
 from compiler.builder import Builder
 from compiler.diagnostics import Diagnostic, GCError, writing
+from compiler.inputs import save_npz
 from compiler.ir import DType, Func, Module, Op, TensorType, Value
 from compiler.parser import parse
 from compiler.printer import print_module
@@ -82,7 +83,7 @@ class Imported:
             return None
         npz = gir_path.with_suffix(".npz")
         with writing(npz):
-            np.savez(npz, **self.weights)
+            save_npz(npz, self.weights)
         return npz
 
 

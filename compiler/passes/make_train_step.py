@@ -66,7 +66,7 @@ def trained_args(f: Func, params: Sequence[str] = ()) -> list[Value]:
     if not chosen:
         raise InputError(
             f"make-train-step: @{f.name} has no floating-point argument besides its data "
-            f"({', '.join('%' + n for n in data)}) to train; name them with params=...",
+            f"({', '.join('%' + n for n in data)}) to train; name them with params=... (gc train: --train NAMES)",
             f.loc,
         )
     return chosen

@@ -171,7 +171,8 @@ def _plan(module: Module, f: Func, align: int, in_place: _InPlace, concurrent: b
     block_of: dict[Value, Block] = {}
     joined = 0
     for lt in lts:
-        donor = _donor(module, lt.value.owner, life, block_of, order, in_place.epilogues) if in_place.elementwise else None
+        donor = (_donor(module, lt.value.owner, life, block_of, order, in_place.epilogues)
+                 if in_place.elementwise else None)
         if donor is not None:
             b = block_of[donor]
             b.end = max(b.end, lt.end)

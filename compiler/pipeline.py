@@ -257,14 +257,22 @@ class _Numerics:
         self.inputs = {f.name: random_inputs(f, inst.seed, module) for f in module}
         self.expected = {name: run(module, x, name) for name, x in self.inputs.items()}
         self.run = run
+        # A called function may be inlined away; one nothing calls is an entry, and losing it is a change.
+        called = {op.callee.name for f in module for op in f.ops if op.name == "graph.call"}
+        self.entries = {f.name for f in module if f.name not in called}
 
     def check(self, module: Module, label: str, index: int) -> NumericsMismatch | None:
+        lost = float("inf")
         for name, expected in self.expected.items():
             if name not in module:
+                if name in self.entries:
+                    return NumericsMismatch(label, index, lost, lost, name, 0)
                 continue
             f = module[name]
             inputs = {k: v for k, v in self.inputs[name].items() if k in {a.name for a in f.args}}
             got = self.run(module, inputs, name)
+            if len(got) != len(expected):  # a result gone or added: changed from the first one missing
+                return NumericsMismatch(label, index, lost, lost, name, min(len(got), len(expected)))
             for r, (a, b) in enumerate(zip(expected, got)):
                 bad = _mismatch(a, b, self.inst.rtol, self.inst.atol)
                 if bad is not None:

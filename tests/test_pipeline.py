@@ -156,6 +156,16 @@ def test_gc_bisect_finds_the_first_bad_pass(net: Path) -> None:
     assert ok.returncode == 0 and "no pass changed the outputs" in ok.stdout
 
 
+def test_gc_bisect_counts_a_lost_function_or_result_as_a_change(tmp_path: Path) -> None:
+    two = tmp_path / "two.gir"
+    two.write_text("func @main(%x: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {\n  %a = graph.relu(%x)\n"
+                   "  %b = graph.neg(%x)\n  return %a, %b\n}\n")
+    r = gc("bisect", str(two), "--load-pass-plugin", PLUGIN, "-p", "dce,test-rename-main")
+    assert r.returncode == 1 and "first bad pass (2) test-rename-main changed @main result 0" in r.stdout
+    r = gc("bisect", str(two), "--load-pass-plugin", PLUGIN, "-p", "test-drop-result,dce")
+    assert r.returncode == 1 and "first bad pass (1) test-drop-result changed @main result 1" in r.stdout
+
+
 def test_debuginfo_prints_locations(net: Path) -> None:
     r = gc("opt", str(net), "--print-debuginfo")
     assert f'%r = graph.relu(%a) : tensor<4xf32> loc("{net}":5:8)' in r.stdout

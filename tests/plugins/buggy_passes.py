@@ -53,3 +53,26 @@ class Nothing(Pass):
 
     def run(self, module: Module) -> None:
         pass
+
+
+@dataclass
+class RenameMain(Pass):
+    name = "test-rename-main"
+    summary = "renames @main: the function the caller asked for is gone"
+
+    def run(self, module: Module) -> None:
+        f = module.funcs.pop("main")
+        f.name = "renamed"
+        module.funcs["renamed"] = f
+
+
+@dataclass
+class DropResult(Pass):
+    name = "test-drop-result"
+    summary = "returns one result fewer from every function with two or more"
+
+    def run(self, module: Module) -> None:
+        for f in module:
+            if len(f.results) > 1:
+                f.results = f.results[:-1]
+                f.result_types = f.result_types[:-1]

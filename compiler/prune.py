@@ -140,8 +140,8 @@ def cmd_prune(args) -> int:
     print(f"parameters: {n0} -> {n1} ({_change(n0, n1)}), nonzero {nz0} -> {nz1} ({_change(nz0, nz1)})", file=report)
     print(f"FLOPs:      {f0} -> {f1} ({_change(f0, f1)})", file=report)
     if args.sparsity > 0 and (n0, nz0) == (n1, nz1):
-        print(f"gc prune: nothing was pruned: no matmul or conv2d of @{entry} reads a weight directly (one read "
-              "through a transpose, as ONNX's Gemm imports, is not pruned yet)", file=sys.stderr)
+        print(f"gc prune: nothing was pruned: no matmul or conv2d of @{entry} reads a weight directly or through "
+              "a transpose" + (" (channel mode: directly only)" if args.mode == "channel" else ""), file=sys.stderr)
     return 0
 
 

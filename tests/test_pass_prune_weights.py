@@ -471,9 +471,21 @@ def test_cmd_prune_needs_every_weight_it_is_to_prune(tmp_path: Path) -> None:
         cmd_prune(_prune_args(tmp_path, str(tmp_path / "miss.npz")))
 
 
+TRANSPOSED = ("func @main(%x: tensor<4x8xf32>, %w: tensor<6x8xf32>) -> tensor<4x6xf32> {\n"
+              "  %t = graph.OP(%w)\n  %y = graph.matmul(%x, %t)\n  return %y\n}\n")
+
+
+def test_a_weight_read_through_a_transpose_is_pruned_as_an_imported_gemm_reads_it(tmp_path: Path, capsys) -> None:
+    w = np.arange(1, 49, dtype=np.float32).reshape(6, 8) * np.where(np.arange(48) % 2, 1, -1).reshape(6, 8)
+    np.savez(tmp_path / "w.npz", w=w)
+    assert cmd_prune(_prune_args(tmp_path, str(tmp_path / "w.npz"), TRANSPOSED.replace("OP", "transpose"))) == 0
+    pruned = np.load(tmp_path / "pruned.npz")["w"]
+    np.testing.assert_array_equal(pruned, np.where(np.abs(w) > 24, w, 0))  # the 24 smallest |w| zeroed
+    assert "nothing was pruned" not in capsys.readouterr().err
+
+
 def test_cmd_prune_says_when_nothing_was_pruned(tmp_path: Path, capsys) -> None:
-    text = ("func @main(%x: tensor<4x8xf32>, %w: tensor<6x8xf32>) -> tensor<4x6xf32> {\n"
-            "  %t = graph.transpose(%w)\n  %y = graph.matmul(%x, %t)\n  return %y\n}\n")
+    text = TRANSPOSED.replace("graph.OP(%w)", "graph.reshape(%w) {shape = [8, 6]}")
     np.savez(tmp_path / "w.npz", w=np.ones((6, 8), np.float32))
     assert cmd_prune(_prune_args(tmp_path, str(tmp_path / "w.npz"), text)) == 0
     assert "gc prune: nothing was pruned: no matmul or conv2d of @main reads a weight directly" \

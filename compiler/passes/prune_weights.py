@@ -1,7 +1,8 @@
 """prune-weights: magnitude pruning of the constant weights of matmul and conv2d.
 
 `mode=unstructured` zeroes the `sparsity` fraction of each weight's entries with the smallest |w|
-(round(sparsity * size) of them, ties in flat order), keeping the shapes. `mode=channel` removes the
+(round(sparsity * size) of them, ties in flat order), keeping the shapes; a weight read through a
+transpose (an imported Gemm) is pruned before it. Channel mode does not look through transposes yet. `mode=channel` removes the
 `sparsity` fraction of a layer's output channels with the smallest L1 norm (conv2d: axis 0 of OIHW;
 matmul: the columns of w) and shrinks everything those channels reach: the conv bias, a constant bias
 add, a batch_norm's parameters, the elementwise ops and pooling in between, a flatten of [N, C, 1, 1],
@@ -76,9 +77,19 @@ def magnitude_mask(w: np.ndarray, sparsity: float) -> np.ndarray:
 
 
 def _weight_slots(f: Func) -> list[tuple[Op, int]]:
-    """(op, operand index) of every matmul/conv2d weight that is a float constant."""
-    layers = [op for op in f.ops if isinstance(op, (linalg.MatMul, nn.Conv2d))]
-    return [(op, 1) for op in layers if _constant(op.operands[1]) is not None]
+    """(op, operand index) of every matmul/conv2d weight that is a float constant, read directly or
+    through a transpose (ONNX's Gemm with transB imports as matmul(x, transpose(w))): a magnitude mask
+    is elementwise, so masking w masks its transpose alike."""
+    slots = []
+    for op in f.ops:
+        if not isinstance(op, (linalg.MatMul, nn.Conv2d)):
+            continue
+        w = op.operands[1]
+        if _constant(w) is not None:
+            slots.append((op, 1))
+        elif isinstance(w.owner, shape.Transpose) and _constant(w.owner.operands[0]) is not None:
+            slots.append((w.owner, 0))
+    return slots
 
 
 # --- channel: which ops the channels of a layer reach ---------------------------------------------

@@ -716,3 +716,10 @@ def test_gc_import_bad_input_shape_is_a_usage_error(tmp_path, capsys) -> None:
     onnx.save(conv_net(), tmp_path / "net.onnx")
     assert main(["import", str(tmp_path / "net.onnx"), "--input-shape", "x=1by3"]) == 1
     assert "expected NAME=D1xD2x..." in capsys.readouterr().err
+
+
+def test_gc_import_one_input_given_two_shapes_is_an_error(tmp_path, capsys) -> None:
+    onnx.save(conv_net(), tmp_path / "net.onnx")
+    args = ["import", str(tmp_path / "net.onnx"), "--input-shape", "x=1x3x8x8", "--input-shape", "x=2x3x8x8"]
+    assert main([*args, "-o", str(tmp_path / "net.gir")]) == 1
+    assert "--input-shape gives 'x' two shapes: 1x3x8x8 and 2x3x8x8" in capsys.readouterr().err

@@ -131,7 +131,12 @@ def cmd_import(args) -> int:
     """`gc import MODEL.onnx [-o OUT.gir] [--input-shape NAME=DIMS]... [--embed-weights]`"""
     import sys
 
-    shapes = dict(parse_input_shape(s) for s in args.input_shape)
+    shapes: dict[str, tuple[int, ...]] = {}
+    for name, dims in map(parse_input_shape, args.input_shape):
+        if name in shapes and shapes[name] != dims:
+            raise GCError(f"--input-shape gives '{name}' two shapes: {'x'.join(map(str, shapes[name]))} and "
+                          f"{'x'.join(map(str, dims))}")
+        shapes[name] = dims
     out = Path(args.output or Path(args.file).with_suffix(".gir").name)
     imported = import_onnx(args.file, input_shapes=shapes, embed_weights=args.embed_weights, gir_name=str(out))
     npz = imported.write(out)

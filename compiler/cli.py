@@ -679,9 +679,9 @@ def _compile_stats(args) -> int:
 
     try:
         stats = json.loads(Path(args.file).read_text(encoding="utf-8"))
-        if not isinstance(stats, dict) or any(k not in stats for k in REQUIRED_STATS):
-            raise ValueError("it has no " + ", ".join(k for k in REQUIRED_STATS if not isinstance(stats, dict)
-                                                      or k not in stats))
+        missing = [k for k in REQUIRED_STATS if not isinstance(stats, dict) or k not in stats]
+        if missing:
+            raise ValueError("it has no " + ", ".join(missing))
         text = format_compile_stats(stats) if not args.json else json.dumps(stats, indent=2) + "\n"
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
         raise GCError(f"{args.file}: not a statistics file written by `gc compile --stats` ({e})") from None

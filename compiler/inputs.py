@@ -40,7 +40,7 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
 def narrowed(name: str, x: np.ndarray, want: np.dtype, loc=None) -> np.ndarray:
     """Integer input `x` cast to the narrower integer dtype `want`; a value that does not fit is an error
     (NumPy would wrap it around: 2**40 as i32 is 0)."""
-    if x.size and x.dtype.kind in "iu" and np.dtype(want).kind in "iu":
+    if x.size and x.dtype.kind in "iu" and np.dtype(want).kind in "iu" and not np.can_cast(x.dtype, want):
         info = np.iinfo(want)
         lo, hi = x.min(), x.max()
         if lo < info.min or hi > info.max:

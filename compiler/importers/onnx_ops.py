@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from compiler.ir import DType, Value
+from dialects.graph.common import cast_to
 from dialects.graph.nn import pool_out
 
 if TYPE_CHECKING:
@@ -139,8 +140,8 @@ def _legacy_broadcast(n: Node, a: Value, b: Value) -> Value:
 def binary(n: Node) -> list:
     a, b = n.x(0), n.x(1)
     b = _legacy_broadcast(n, a, b)
-    if n.op_type == "Pow" and b.type.dtype != a.type.dtype:  # the exponent may have its own type
-        b = n.b.cast(b, dtype=a.type.dtype)
+    if n.op_type == "Pow":  # the exponent may have its own type
+        b = cast_to(n.b, b, a.type.dtype)
     return [getattr(n.b, _BINARY[n.op_type])(a, b)]
 
 
@@ -215,16 +216,12 @@ def cast(n: Node) -> list:
     to = n.attr("to")
     if isinstance(to, str):  # opset 1 named the type
         to = n.imp.onnx.TensorProto.DataType.Value(to)
-    return [_cast(n, n.x(0), n.dense_dtype(to))]
+    return [cast_to(n.b, n.x(0), n.dense_dtype(to))]
 
 
 @converts("CastLike", attrs="saturate round_mode")
 def cast_like(n: Node) -> list:
-    return [_cast(n, n.x(0), n.type(1).dtype)]
-
-
-def _cast(n: Node, x: Value, dtype: DType) -> Value:
-    return x if x.type.dtype == dtype else n.b.cast(x, dtype=dtype)
+    return [cast_to(n.b, n.x(0), n.type(1).dtype)]
 
 
 # --- linear algebra, convolution, pooling -----------------------------------------------------------------

@@ -45,6 +45,7 @@ from dialects.exec import Copy, Launch
 from dialects.graph.creation import Call
 from dialects.mem import Alloc, Arena, View, padded_bytes
 
+
 @dataclass
 class PlanMemory(Pass):
     name = "plan-memory"
@@ -224,8 +225,7 @@ def _border_donors(module: Module, steps: list[Op], borders: dict[Value, tuple[i
         v, kernel = call.result, module[call.callee.name]
         for i, u in enumerate(call.operands):
             if (u in has and has.get(v, has[u]) == has[u] and u.type == v.type and life[u].end == life[v].start
-                    and sum(1 for x in call.operands if x is u) == 1
-                    and writes_in_place_over(kernel, i, in_place.epilogues)):
+                    and _overwritable(call, kernel, i, in_place.epilogues)):
                 out[v] = u
                 has[v] = has[u]
                 break
@@ -297,11 +297,16 @@ def _donor(module: Module, call: Op, life: dict, block_of: dict, order: _Order |
         # Read once (a second read could see the new value), and nothing else in its block lives on.
         if (lt is not None and v in block_of and lt.end == step and block_of[v].end == step
                 and v.type.shape == out.type.shape and v.type.nbytes == out.type.nbytes
-                and sum(1 for x in call.operands if x is v) == 1
                 and (order is None or all(order.done_before(w, step, but=step) for w in block_of[v].members))
-                and writes_in_place_over(kernel, i, epilogues)):
+                and _overwritable(call, kernel, i, epilogues)):
             return v
     return None
+
+
+def _overwritable(call: Op, kernel: Func, i: int, epilogues: bool) -> bool:
+    """The call's operand `i` is read once (a second read could see the new value) and element for
+    element, so the kernel may write its result over it."""
+    return sum(1 for x in call.operands if x is call.operands[i]) == 1 and writes_in_place_over(kernel, i, epilogues)
 
 
 def _rewrite(f: Func, steps: list[Op], block_of: dict[Value, Block], size: int, align: int,

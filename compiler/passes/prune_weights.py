@@ -2,14 +2,15 @@
 
 `mode=unstructured` zeroes the `sparsity` fraction of each weight's entries with the smallest |w|
 (round(sparsity * size) of them, ties in flat order), keeping the shapes; a weight read through a
-transpose (an imported Gemm) is pruned before it. Channel mode does not look through transposes yet. `mode=channel` removes the
-`sparsity` fraction of a layer's output channels with the smallest L1 norm (conv2d: axis 0 of OIHW;
-matmul: the columns of w) and shrinks everything those channels reach: the conv bias, a constant bias
-add, a batch_norm's parameters, the elementwise ops and pooling in between, a flatten of [N, C, 1, 1],
-and the next conv2d's input channels (axis 1) or matmul's rows. A layer whose channels reach something
-that cannot shrink with them (a returned value, a reshape mixing channels, concat, an add with another
-branch, an argument) is left whole, so the module's signature never changes. Channel pruning equals
-zeroing the removed channels where the next layer reads them; it is lossy, as pruning is.
+transpose (an imported Gemm) is pruned before it. `mode=channel` (which does not look through
+transposes yet) removes the `sparsity` fraction of a layer's output channels with the smallest L1
+norm (conv2d: axis 0 of OIHW; matmul: the columns of w) and shrinks everything those channels
+reach: the conv bias, a constant bias add, a batch_norm's parameters, the elementwise ops and
+pooling in between, a flatten of [N, C, 1, 1], and the next conv2d's input channels (axis 1) or
+matmul's rows. A layer whose channels reach something that cannot shrink with them (a returned
+value, a reshape mixing channels, concat, an add with another branch, an argument) is left whole, so
+the module's signature never changes. Channel pruning equals zeroing the removed channels where the
+next layer reads them; it is lossy, as pruning is.
 """
 
 from __future__ import annotations

@@ -79,6 +79,11 @@ def unbroadcast(b: Builder, dy: Value, shape: tuple[int, ...]) -> Value:
     return reshaped(b, dy, shape)
 
 
+def cast_to(b: Builder, x: Value, dtype: DType) -> Value:
+    """x as `dtype` (x itself when it has that dtype already: no identity cast to clean up)."""
+    return x if x.type.dtype == dtype else b.cast(x, dtype=dtype)
+
+
 def reshaped(b: Builder, x: Value, shape: tuple[int, ...]) -> Value:
     """x under `shape` (x itself when it has that shape already: no identity reshape to clean up)."""
     shape = tuple(shape)

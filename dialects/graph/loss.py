@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from compiler.ir import DType, Op, TensorType, Value, operand
-from dialects.graph.common import require_float, require_rank, reshaped, same_dtype, scalar
+from dialects.graph.common import cast_to, require_float, require_rank, reshaped, same_dtype, scalar
 
 if TYPE_CHECKING:
     from compiler.builder import Builder
@@ -84,7 +84,7 @@ class SoftmaxCrossEntropy(Op, name="graph.softmax_cross_entropy"):
         n, c = logits.type.shape
         classes = b.constant(np.arange(c).reshape(1, c), labels.type.dtype)
         onehot = b.cast(b.equal(reshaped(b, labels, (n, 1)), classes), dtype=logits.type.dtype)
-        scale = as_dtype(b, b.div(dy, scalar(b, n, dy)), logits.type.dtype)
+        scale = cast_to(b, b.div(dy, scalar(b, n, dy)), logits.type.dtype)
         return [b.mul(b.sub(b.softmax(logits, axis=1), onehot), scale), None]
 
     def flops(self) -> int:
@@ -134,17 +134,13 @@ class MseLoss(Op, name="graph.mse_loss"):
     def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
         """d/da = 2 (a - b) dy / n and d/db = -d/da."""
         dy = dys[0]
-        scale = as_dtype(b, b.div(b.mul(dy, scalar(b, 2, dy)), scalar(b, self.a.type.size, dy)), self.a.type.dtype)
+        scale = cast_to(b, b.div(b.mul(dy, scalar(b, 2, dy)), scalar(b, self.a.type.size, dy)), self.a.type.dtype)
         da = b.mul(b.sub(self.a, self.b), scale)
         return [da, b.neg(da)]
 
 
 def loss_dtype(dtype: DType) -> DType:
     return DType.f64 if dtype == DType.f64 else DType.f32
-
-
-def as_dtype(b: Builder, v: Value, dtype: DType) -> Value:
-    return v if v.type.dtype == dtype else b.cast(v, dtype=dtype)
 
 
 def _accumulator(dtype: str) -> str:

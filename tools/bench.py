@@ -301,6 +301,8 @@ def torch_expr(op, xs: list[str], const: Callable[[np.ndarray], str]) -> str:
         return f"F.avg_pool2d({xs[0]}, {k}, {s}, {_pads2(op)}, {a['ceil_mode']}, {a['count_include_pad']})"
     if kind == "global_avg_pool2d":
         return f"F.adaptive_avg_pool2d({xs[0]}, 1)"
+    if kind == "concat":
+        return f"torch.cat([{', '.join(xs)}], {a['axis']})"
     raise Unsupported(f"no torch translation for {op.name}")
 
 

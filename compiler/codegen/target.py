@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from functools import lru_cache
+
+from compiler.diagnostics import GCError
 
 DEFAULT_CUDA_ARCH = "sm_80"
 
@@ -14,17 +17,147 @@ def num_cores() -> int:
 
 @lru_cache(maxsize=1)
 def host_cpu() -> str:
-    """The host's LLVM CPU name (e.g. znver3, skylake-avx512), which turns on AVX2/AVX-512 as present."""
+    """The LLVM CPU name kernels are built for (e.g. znver3, sapphirerapids), which turns on AVX2/AVX-512 as
+    present: the host's, or GC_CPU's where set (code for an older CPU of the family runs on a newer one, so
+    GC_CPU=znver3 builds and runs AVX2 code on an AVX-512 host)."""
+    import tvm
+
+    name = os.environ.get("GC_CPU")
+    if name and not tvm.target.codegen.llvm_is_valid_cpu(name, tvm.target.codegen.llvm_get_system_triple()):
+        raise GCError(f"GC_CPU={name} is no CPU LLVM knows (e.g. znver3, skylake-avx512, sapphirerapids)")
+    return name or _system_cpu()
+
+
+def llvm_target(mcpu: str | None = None) -> dict:
+    """An LLVM target for `mcpu` (default: `host_cpu()`). For the host's own CPU, the features its name
+    implies but this machine lacks are turned off: a VM may hide some (AVX-512, say) from a CPU that has
+    them, and code using them would die with SIGILL."""
+    name = mcpu or host_cpu()
+    target = {"kind": "llvm", "mcpu": name, "num-cores": num_cores()}
+    if name == _system_cpu() and not os.environ.get("GC_CPU"):
+        lacking = [f for f in _cpu_features(name) if host_features().get(f) is False]
+        if lacking:
+            target["mattr"] = [f"-{f}" for f in sorted(lacking)]
+    return target
+
+
+@lru_cache(maxsize=1)
+def _system_cpu() -> str:
     import tvm
 
     try:
         return str(tvm.target.codegen.llvm_get_system_cpu())
-    except Exception:  # noqa: BLE001 (an LLVM without the query: generic code still runs)
+    except Exception:  # noqa: BLE001
         return "generic"
 
 
-def llvm_target(mcpu: str | None = None) -> dict:
-    return {"kind": "llvm", "mcpu": mcpu or host_cpu(), "num-cores": num_cores()}
+@lru_cache(maxsize=1)
+def host_features() -> dict[str, bool]:
+    """This machine's CPU features by LLVM's names (avx2, avx512f, fma, ...): True where the CPU has them
+    and the OS enables them, as llvmlite reads them from cpuid; {} where that cannot be read."""
+    try:
+        import llvmlite.binding as llvm
+
+        return {str(k): bool(v) for k, v in llvm.get_host_cpu_features().items()}
+    except Exception:  # noqa: BLE001 (no llvmlite, or an LLVM without the query)
+        return {}
+
+
+@lru_cache(maxsize=None)
+def _cpu_features(mcpu: str) -> frozenset[str]:
+    import tvm
+
+    try:
+        t = tvm.target.Target({"kind": "llvm", "mcpu": mcpu})
+        return frozenset(str(f) for f in tvm.target.codegen.llvm_get_cpu_features(t))
+    except Exception:  # noqa: BLE001
+        return frozenset()
+
+
+def target_features(target: dict) -> list[str]:
+    """The instruction-set features code built for an llvm `target` may use (its CPU's, less `mattr`'s
+    -feature, plus its +feature), as far as they are hardware features cpuid reports (not tuning flags)."""
+    feats = set(_cpu_features(target.get("mcpu", "generic")))
+    for a in target.get("mattr", []):
+        (feats.discard if a.startswith("-") else feats.add)(a[1:])
+    known = host_features()
+    return sorted(f for f in feats if f in known) if known else sorted(feats)
+
+
+def missing_features(features: list[str]) -> list[str]:
+    """Those of `features` this machine's CPU lacks (none where its features cannot be read)."""
+    known = host_features()
+    return [f for f in features if known.get(f) is False]
+
+
+def no_cpu_features(target: dict) -> str | None:
+    """Why code for an llvm `target` cannot run here (instructions this CPU lacks), or None."""
+    missing = missing_features(target_features(target))
+    if not missing:
+        return None
+    return (f"it was compiled for the CPU '{target.get('mcpu')}' and uses instructions this CPU ({_system_cpu()}) "
+            f"lacks: {', '.join(missing)}; compile it again on this machine (or for an older CPU with GC_CPU)")
+
+
+@dataclass(frozen=True)
+class Cpu:
+    """What the CPU rules derive their tiles from: the vector unit of the CPU code is built for, and the
+    host's caches and cores. AVX2: 16 registers of 8 f32; AVX-512: 32 registers of 16 f32."""
+
+    name: str
+    vector_bytes: int  # 64 with AVX-512, 32 with AVX2 (or AVX), 16 otherwise
+    registers: int  # vector registers: 32 with AVX-512, 16 otherwise
+    fma: bool
+    l1d: int  # bytes of L1 data cache a core has
+    l2: int  # bytes of L2 a core has
+    cores: int
+
+    def lanes(self, dtype: str) -> int:
+        """Elements of `dtype` in one vector register."""
+        digits = "".join(c for c in str(dtype) if c.isdigit())
+        size = max(1, (int(digits) if digits else 32) // 8)
+        return max(1, self.vector_bytes // size)
+
+
+@lru_cache(maxsize=None)
+def cpu(mcpu: str | None = None) -> Cpu:
+    """The model of the CPU named `mcpu` (default: the one kernels are built for, `host_cpu()`)."""
+    import tvm
+
+    name = mcpu or host_cpu()
+    vector, registers, fma = 16, 16, False
+    try:
+        t = tvm.target.Target(llvm_target(name))
+        has = tvm.target.codegen.llvm_cpu_has_features
+        if has(["avx512f"], t):
+            vector, registers = 64, 32
+        elif has(["avx2"], t) or has(["avx"], t):
+            vector = 32
+        fma = bool(has(["fma"], t))
+    except Exception:  # noqa: BLE001 (an LLVM without the query: assume SSE)
+        pass
+    return Cpu(name, vector, registers, fma, _cache_bytes(1, 32 << 10), _cache_bytes(2, 512 << 10), num_cores())
+
+
+def _cache_bytes(level: int, default: int) -> int:
+    """The size of the host's data (or unified) cache of this level, from sysfs; `default` where unknown."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for entry in sorted(os.listdir(base)):
+            d = os.path.join(base, entry)
+            with open(os.path.join(d, "level")) as f:
+                if int(f.read()) != level:
+                    continue
+            with open(os.path.join(d, "type")) as f:
+                if f.read().strip() == "Instruction":
+                    continue
+            with open(os.path.join(d, "size")) as f:
+                text = f.read().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(text[-1:], 1)
+            return int(text.rstrip("KMG")) * scale
+    except (OSError, ValueError):
+        pass
+    return default
 
 
 def cuda_arch() -> str:

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from functools import lru_cache
 
 from tvm import s_tir, tirx
 
 from compiler.codegen.sblocks import SPATIAL, blocks, inline_spatial, is_spatial  # noqa: F401  (the rules use them from here)
+from compiler.codegen.target import cpu
 
 REDUCE = 2  # IterVar.iter_type of a reduction iterator (CommReduce)
 
@@ -47,31 +47,19 @@ def try_vectorize(sch: s_tir.Schedule, loop, lanes: int) -> None:
         pass
 
 
-@lru_cache(maxsize=1)
-def vector_bytes() -> int:
-    """Width of the host's vector registers: 64 with AVX-512, 32 with AVX2, 16 otherwise."""
-    import tvm
-
-    from compiler.codegen.target import llvm_target
-
-    try:
-        t = tvm.target.Target(llvm_target())
-        has = tvm.target.codegen.llvm_cpu_has_features
-        if has(["avx512f"], t):
-            return 64
-        if has(["avx2"], t) or has(["avx"], t):
-            return 32
-    except Exception:  # noqa: BLE001 (an LLVM without the query: assume SSE)
-        pass
-    return 16
-
-
 def lanes(dtype: str) -> int:
-    """Elements of `dtype` in one vector register."""
-    size = max(1, _bits(dtype) // 8)
-    return max(1, vector_bytes() // size)
+    """Elements of `dtype` in one vector register of the CPU kernels are built for."""
+    return cpu().lanes(dtype)
 
 
-def _bits(dtype: str) -> int:
-    digits = "".join(c for c in str(dtype) if c.isdigit())
-    return int(digits) if digits else 32
+MIN_LANES = 4  # an SSE register of f32: narrower vectors are not worth a vector schedule
+
+
+def vector_dividing(n: int, dtype: str) -> int:
+    """The widest vector (in elements: a whole register, or a half or quarter of one, down to MIN_LANES)
+    that divides n, or 0. On AVX-512 a conv of 24 or 40 output channels takes 8-lane (AVX2-width)
+    vectors rather than leaving the vector schedule."""
+    w = lanes(dtype)
+    while w > MIN_LANES and n % w:
+        w //= 2
+    return w if n % w == 0 else 0

@@ -20,7 +20,16 @@ from dataclasses import dataclass
 from tvm import s_tir, tirx
 from tvm.ir.expr import TensorLoad
 
-from compiler.codegen.cpu_rules.common import REDUCE, Context, blocks, extent, lanes, static, try_vectorize
+from compiler.codegen.cpu_rules.common import (
+    REDUCE,
+    Context,
+    blocks,
+    extent,
+    lanes,
+    static,
+    try_vectorize,
+    vector_dividing,
+)
 
 # Weights passed per call are repacked per call: in parallel only from this many elements on (waking
 # the thread pool costs more than copying a small conv's weights on one core).
@@ -120,12 +129,17 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     if c is None:
         return False
     n, o, oh, ow, ci, kh, kw = c.ext
-    vl = lanes(c.dtype)
-    pixels = (ci * kh * kw <= PIXEL_TILE_REDUCTION and c.unit_w and ow % (2 * vl) == 0
+    pixel_vl = lanes(c.dtype)
+    pixels = (ci * kh * kw <= PIXEL_TILE_REDUCTION and c.unit_w and ow % (2 * pixel_vl) == 0
               and o % PIXEL_TILE_CHANNELS == 0)
-    ob = 2 * vl if o % (2 * vl) == 0 else vl if o % vl == 0 else 0
-    if ob == 0 and not pixels:
-        return False  # odd output channels: the generic schedule
+    # Output channels in vectors: whole registers where they divide the channels, else halves or quarters
+    # (8 lanes for 24 channels on AVX-512); two vectors a tile where they fit.
+    vl = vector_dividing(o, c.dtype)
+    ob = 2 * vl if vl and o % (2 * vl) == 0 else vl
+    if pixels:
+        vl = pixel_vl
+    elif ob == 0:
+        return False  # output channels no multiple of 4: the generic schedule
     conv = sch.get_sblock(c.name)
     order = blocks(sch)
     names = [sch.get(b).name_hint for b in order]

@@ -34,7 +34,9 @@ from compiler.codegen.cpu_rules.common import (
 )
 from compiler.codegen.target import num_cores
 
-MI = 4  # register tile rows: 4 x 2 vector accumulators leave registers for B and the broadcast of A
+# Accumulator registers of the tile: 8 keep both FMA pipes busy through their latency and leave
+# registers for B's vectors and A's broadcast even with AVX2's 16.
+ACCUMULATORS = 8
 LARGE_M = 256  # from here on, packing all of B once is cheap next to the product
 KOUT_NT, KOUT_KT = 4, 128
 
@@ -145,19 +147,26 @@ def plan(e: Einsum) -> Plan:
     m = e.ext[e.i] if e.i is not None else 1
     n, k = e.ext[e.j], e.ext[e.k]
     vl = lanes(e.dtype)
-    ni = 2 * vl
+    # Panels of two vectors of columns, or of one where that divides N and two do not (48 columns on
+    # AVX-512): padding to whole panels would add a third to the work, and a padded constant B is not
+    # prepacked.
+    nv = 1 if n % (2 * vl) and n % vl == 0 else 2
+    ni = nv * vl
     if m == 1:
         nt_want, order = 4 * ni, "gemv"
     elif m >= LARGE_M:
         nt_want, order = 8 * ni, "kin"
     else:
         nt_want, order = KOUT_NT * ni, "kout"
-    pack = order != "gemv" and n > ni and _b_is_packable(e)
-    if n <= ni:  # one panel, padded to whole vectors: B rows are already contiguous
+    # B stored [K, N] with one panel's columns is read as it lies, row by row; stored [N, K] (a Gemm's
+    # transB) it is packed, or each vector of it would be a gather.
+    pack = order != "gemv" and _b_is_packable(e) and (n > ni or e.b_dims[-1] != e.j)
+    if n <= ni:  # one panel, padded to whole vectors
         ni = -(-n // vl) * vl
-        nt_want, pack = ni, False
+        nt_want = ni
         order = "kin" if order == "kout" else order
-    mi = 1 if m == 1 else min(MI, m)
+    # Rows of the register tile: ACCUMULATORS vectors in all (4 rows of two vectors, 8 of one).
+    mi = 1 if m == 1 else min(ACCUMULATORS // (ni // vl), m)
     mt_want = 64 if order == "kout" else 32
     batch = math.prod(e.ext[p] for p in e.batch)
     np_, nt = _split(n, ni, nt_want)

@@ -25,6 +25,7 @@ from compiler.codegen.cpu_rules.common import (
     is_spatial,
     lanes,
     try_vectorize,
+    vector_dividing,
 )
 from compiler.codegen.sblocks import sub_expressions
 from compiler.codegen.target import num_cores
@@ -115,9 +116,12 @@ def apply_columns(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
         sch.compute_inline(b)
     loops = sch.get_loops(r)
     outer, inner, red = loops[: n_spatial - 1], loops[n_spatial - 1], loops[n_spatial:]
-    vl = lanes(str(sch.get(r).writes[0].source.dtype))
+    dtype = str(sch.get(r).writes[0].source.dtype)
     n = extent(sch, inner) or 0
-    width = next((w for w in (2 * vl, vl, vl // 2) if w > 1 and n % w == 0), 0)
+    vl = vector_dividing(n, dtype) if n else 0
+    if vl == lanes(dtype) and n % (2 * vl) == 0:
+        vl *= 2
+    width = vl if vl > 1 else 0
     if width == 0 or not red:
         return False
     # Up to 4 vectors of accumulators side by side: each input row is read 4 vectors at a time.

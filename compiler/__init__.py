@@ -4,6 +4,7 @@ from compiler.diagnostics import GCError
 from compiler.interpreter import run
 from compiler.parser import parse, parse_file
 
+__version__ = "0.1.0"
 
 
 def compile(source, target: str = "llvm", **kwargs):

@@ -14,7 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from compiler.diagnostics import GCError, Location, writing
+from compiler.diagnostics import GCError, Location
+from compiler.files import write_atomic
 
 EXAMPLES = """\
 examples:
@@ -428,8 +429,7 @@ def cmd_opt(args) -> int:
             return 3
     out = "// -----\n".join(pieces)
     if args.output:
-        with writing(args.output):
-            Path(args.output).write_text(out, encoding="utf-8")
+        write_atomic(args.output, out)
     else:
         sys.stdout.write(out)
     return 0
@@ -594,8 +594,7 @@ def _report(args, outs: list, types: list[str]) -> None:
         for i, (x, t) in enumerate(zip(outs, types)):
             print(summarize(f"result{i}", x, t))
     if args.outputs:
-        with writing(args.outputs):
-            save_npz(args.outputs, {f"result{i}": x for i, x in enumerate(outs)})
+        save_npz(args.outputs, {f"result{i}": x for i, x in enumerate(outs)})
 
 
 def cmd_compile(args) -> int:
@@ -629,14 +628,12 @@ def cmd_compile(args) -> int:
         return 0
     out = args.output or (Path(name).stem if name != "<stdin>" else "stdin") + ".gcpkg"
     model.source = source
-    with writing(out):
-        model.save(out)
+    model.save(out)
     if args.stats:
         stats = {**model.plan["memory"], "num_kernels": model.num_kernels, "compile_seconds": round(seconds, 4),
                  "target": args.target, "source": name,
                  "kernels": [c["kernel"] for c in model.plan["calls"] if "kernel" in c]}
-        with writing(args.stats):
-            Path(args.stats).write_text(json.dumps(stats, indent=2) + "\n", encoding="utf-8")
+        write_atomic(args.stats, json.dumps(stats, indent=2) + "\n")
     print(f"gc: wrote {out} ({model.num_kernels} kernels, {args.target}, {seconds:.2f} s)", file=sys.stderr)
     return 0
 

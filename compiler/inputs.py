@@ -59,9 +59,11 @@ def restore_bf16(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
 def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     """Write arrays to an .npz that NumPy alone reads back: bf16 ones as f32 (exact), not as raw voids.
     At exactly `path`: np.savez given a name adds `.npz` to it."""
+    from compiler.files import write_atomic
+
     bf16 = DType.bf16.np
-    with open(path, "wb") as fh:
-        np.savez(fh, **{k: x.astype(np.float32) if x.dtype == bf16 else x for k, x in arrays.items()})
+    write_atomic(path, lambda fh: np.savez(fh, **{k: x.astype(np.float32) if x.dtype == bf16 else x
+                                                  for k, x in arrays.items()}))
 
 
 def random_inputs(f: Func, seed: int, module: Module | None = None) -> dict[str, np.ndarray]:

@@ -17,6 +17,7 @@ from typing import TextIO
 import numpy as np
 
 from compiler.diagnostics import GCError
+from compiler.files import write_atomic
 from compiler.ir import Module
 from compiler.passes import InputError, Pass, make_pass
 from compiler.printer import print_module
@@ -138,8 +139,11 @@ def run_pipeline(module: Module, passes: list[Pass] | str, inst: Instrumentation
     prev_text = print_module(module, debuginfo=inst.debuginfo) if inst.print_diff else None
     dump = Path(inst.dump_dir) if inst.dump_dir else None
     if dump:
-        dump.mkdir(parents=True, exist_ok=True)
-        (dump / "00-input.gir").write_text(print_module(module, debuginfo=True), encoding="utf-8")
+        try:
+            dump.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise GCError(f"cannot write {dump}: {e.strerror or e}") from None
+        write_atomic(dump / "00-input.gir", print_module(module, debuginfo=True))
     for i, p in enumerate(passes):
         label = p.spelled()
         if inst.bisect_limit is not None:
@@ -166,7 +170,7 @@ def run_pipeline(module: Module, passes: list[Pass] | str, inst: Instrumentation
         changed = module.fingerprint() != before
         records.append(PassRecord(label, seconds, changed, True))
         if dump:
-            (dump / f"{i + 1:02d}-{p.name}.gir").write_text(print_module(module, debuginfo=True), encoding="utf-8")
+            write_atomic(dump / f"{i + 1:02d}-{p.name}.gir", print_module(module, debuginfo=True))
         show = inst.print_after_all or p.name in inst.print_after or (inst.print_after_change and changed)
         if show or prev_text is not None:
             text = print_module(module, debuginfo=inst.debuginfo)
@@ -217,7 +221,11 @@ def _failure(module: Module, backup: Module, passes: list[Pass], i: int, err: Ex
             f"// failing pass: {p.spelled()}\n// pipeline from here: {rest}\n"
             f"// replay: {inst.replay} {inst.reproducer} -p '{rest}'\n"
         )
-        Path(inst.reproducer).write_text(header + print_module(backup, debuginfo=True), encoding="utf-8")
+        try:
+            write_atomic(inst.reproducer, header + print_module(backup, debuginfo=True))
+        except GCError as e:  # the crash is the news: say that no reproducer could be written, not only that
+            what += f"\n(no reproducer: {e.message})"
+            return PipelineFailure(what, None)
         path = inst.reproducer
         what += f"\nwrote a reproducer: {path}\nreplay it with: {inst.replay} {path} -p '{rest}'"
     return PipelineFailure(what, path)

@@ -8,12 +8,12 @@ types. Arguments that are not in the .npz (the inputs) stay as they are.
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 
 from compiler.builder import bind_arguments
-from compiler.diagnostics import GCError, writing
+from compiler.diagnostics import GCError
+from compiler.files import write_atomic
 from compiler.ir import Func, Module, Value
 from compiler.passes.prune_weights import PruneWeights
 from compiler.verifier import verify_module
@@ -124,13 +124,11 @@ def cmd_prune(args) -> int:
     pruned, new_params = prune_npz(module, params, args.sparsity, args.mode, entry)
     text = print_module(pruned)
     if args.output:
-        with writing(args.output):
-            Path(args.output).write_text(text, encoding="utf-8")
+        write_atomic(args.output, text)
     else:
         sys.stdout.write(text)
     if args.params_out:
-        with writing(args.params_out):
-            save_npz(args.params_out, new_params)
+        save_npz(args.params_out, new_params)
     elif new_params:
         print("gc prune: no --params-out given: the pruned parameters were not saved", file=sys.stderr)
     report = sys.stdout if args.output else sys.stderr

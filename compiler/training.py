@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from compiler.diagnostics import GCError, writing
+from compiler.diagnostics import GCError
 from compiler.inputs import save_npz
 from compiler.ir import Func, Module, Value
 from compiler.passes.autodiff import inline_calls
@@ -384,8 +384,7 @@ def cmd_train(args) -> int:
         progress.close()
     seconds = time.perf_counter() - t0
     out = args.output or Path(args.file).stem + ".trained.npz"
-    with writing(out):
-        save_npz(out, trained)
+    save_npz(out, trained)
     print(f"first loss {losses[0]:.6g}")
     print(
         f"last loss {losses[-1]:.6g} ({losses[-1] / losses[0]:.1%} of the first)"

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import graphviz
 
-from compiler.diagnostics import GCError, writing
+from compiler.diagnostics import GCError
+from compiler.files import write_atomic
 from compiler.ir import Func, Module, Op, TensorType, Value
 
 # Fill colours by fusion kind, so the fusable chains and the heavy ops stand out.
@@ -156,8 +157,4 @@ def _page(svg: str, title: str, notes: str) -> str:
 
 
 def _save(path: str, data: str | bytes) -> None:
-    with writing(path):
-        if isinstance(data, bytes):
-            Path(path).write_bytes(data)
-        else:
-            Path(path).write_text(data, encoding="utf-8")
+    write_atomic(path, data)

@@ -209,7 +209,7 @@ def test_an_npy_for_inputs_and_an_npz_for_a_model_are_diagnostics(mlp: Path, tmp
     r = gc("run", str(mlp), "--inputs", str(tmp_path / "x.npy"))
     assert r.returncode == 1 and "holds one unnamed array (an .npy file); give an .npz keyed by argument" in r.stderr
     r = gc("run", str(tmp_path / "x.npz"), "--inputs", str(tmp_path / "x.npz"))
-    assert r.returncode == 1 and "is not a gc compiled model (a zip file without plan.json)" in r.stderr
+    assert r.returncode == 1 and "no manifest.json: not a gc compiled model" in r.stderr
 
 
 def test_print_ir_flags_name_passes(mlp: Path) -> None:

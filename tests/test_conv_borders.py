@@ -85,7 +85,8 @@ def test_compiled_cpu_code_reads_bordered_inputs_whole_or_strided(params: bool, 
     args = [inputs["x"]] if params else [inputs[a.name] for a in src["main"].args]
     for _ in range(3):  # the border is never written: still zero at the next call
         np.testing.assert_allclose(model(*args)[0], want, rtol=1e-4, atol=1e-5)
-    for slot, buf in model._whole.items():
+    (ws,) = model._idle  # one caller: the one workspace
+    for slot, buf in ws.whole.items():
         whole, pads = buf.numpy(), model.plan["buffers"][slot]["pads"]
         border = np.ones(whole.shape, bool)
         border[tuple(slice(lo, n - hi) for n, lo, hi in zip(whole.shape, pads[:4], pads[4:]))] = False

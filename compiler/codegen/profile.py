@@ -90,32 +90,18 @@ def profile(model, args, kwargs, repeat: int = 100, warmup: int = 10, in_call: b
         raise GCError(f"profile: repeat must be at least 1, got {repeat}")
     if model.unavailable:
         raise GCError(model.unavailable)
-    bufs = model._buffers_for(args, kwargs)
     sync = model.device.sync if model.target["kind"] == "cuda" else (lambda: None)
     for _ in range(warmup):  # a fresh process: thread pool, clock and first-touch of the workspaces
         model(*args, **kwargs)
     steps = [c for c in model.plan["calls"] if "kernel" in c or "copy" in c]
-    plain = [(fn, [bufs[j] for j in idx]) for fn, idx in model._plain_calls()]
     times: list[list[float]] = [[] for _ in steps]
-
-    def timed(i: int) -> None:
-        fn, operands = plain[i]
-        t = time.perf_counter()
-        fn(*operands)
-        sync()
-        times[i].append(time.perf_counter() - t)
-
-    if in_call:
-        for _ in range(repeat):
-            for i in range(len(plain)):
-                timed(i)
-    else:
-        for i, (fn, operands) in enumerate(plain):
-            for _ in range(warmup):
-                fn(*operands)
-            sync()
-            for _ in range(repeat):
-                timed(i)
+    ws = model._take()
+    try:
+        bufs = model._buffers_for(ws, model._bind(args, kwargs))
+        _time_steps([(fn, [bufs[j] for j in idx]) for fn, idx in model._plain_calls()], times, sync,
+                    repeat, warmup, in_call)
+    finally:
+        model._idle.append(ws)
     rows = []
     for i, (c, ts) in enumerate(zip(steps, times)):
         us = statistics.median(ts) * 1e6
@@ -131,9 +117,32 @@ def profile(model, args, kwargs, repeat: int = 100, warmup: int = 10, in_call: b
         model(*args, **kwargs)
         calls.append(time.perf_counter() - t)
     notes = []
-    if model._streams is not None:
+    if model.target["kind"] == "cuda" and model._nstreams > 1:
         notes.append("note: steps were timed one at a time; in a call the plan's streams overlap them")
     return Profile(rows, statistics.median(calls) * 1e6, repeat, model.target["kind"], notes, in_call)
+
+
+def _time_steps(plain: list, times: list[list[float]], sync, repeat: int, warmup: int, in_call: bool) -> None:
+    """Time each (function, operands) of `plain` into `times`: each on its own, or inside whole calls."""
+
+    def timed(i: int) -> None:
+        fn, operands = plain[i]
+        t = time.perf_counter()
+        fn(*operands)
+        sync()
+        times[i].append(time.perf_counter() - t)
+
+    if in_call:
+        for _ in range(repeat):
+            for i in range(len(plain)):
+                timed(i)
+        return
+    for i, (fn, operands) in enumerate(plain):
+        for _ in range(warmup):
+            fn(*operands)
+        sync()
+        for _ in range(repeat):
+            timed(i)
 
 
 def _nbytes(buf: dict) -> int:

@@ -7,27 +7,27 @@ buffers were allocated at load time, and only the returned arrays are new.
 from __future__ import annotations
 
 import ctypes
-import io
-import json
 import operator
-import tempfile
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from compiler.diagnostics import GCError
-from compiler.inputs import narrowed, restore_bf16
+from compiler.inputs import narrowed
 from compiler.ir import DType
 from dialects.mem import padded_shape, padded_strides
 
-FORMAT = "gcpkg-1"
 ALIGN = 64
 _BF16 = np.dtype(DType.bf16.np)
 
 
 class CompiledModel:
-    """Call it with NumPy arrays (positional or by argument name); it returns a list of NumPy arrays."""
+    """Call it with NumPy arrays (positional or by argument name); it returns a list of NumPy arrays.
+
+    Many threads may call one model at once: each call in flight takes a workspace of its own (the arena
+    and its views, zero-bordered buffers, staging for inputs, CUDA streams) from a pool, and gives it
+    back when it returns; the constants are shared. The pool grows to the number of calls ever in flight
+    together, so a single-threaded caller allocates once, at load time."""
 
     def __init__(self, lib, plan: dict, consts: dict[str, np.ndarray], target: dict):
         import tvm
@@ -38,74 +38,37 @@ class CompiledModel:
         self.target = target
         self.consts = consts
         self.device = tvm.cuda(0) if target["kind"] == "cuda" else tvm.cpu(0)
-        # A cuda model builds anywhere but runs only beside a GPU: without one, calls raise this.
-        self.unavailable = _no_cuda_device(target) if target["kind"] == "cuda" else None
+        # A cuda model builds anywhere but runs only beside a GPU, and CPU code only on a CPU with the
+        # instructions it uses: elsewhere calls raise this.
+        self.unavailable = _no_cuda_device(target) if target["kind"] == "cuda" else _no_cpu_features(target)
         self.arg_names = [a["name"] for a in plan["args"]]
         self.arg_types = [(tuple(a["shape"]), np.dtype(DType(a["dtype"]).np)) for a in plan["args"]]
-        self._bufs: list = [None] * len(plan["buffers"])
-        self._arg_slots: list[int] = []
-        self._views: list = []  # what keeps the arena's views valid (DLPack structs)
-        self._whole: dict[int, object] = {}  # zero-bordered buffers, by the slot of their interior
+        self._consts: list = [None] * len(plan["buffers"])  # shared by every workspace: read only
         for i, b in enumerate(plan["buffers"]):
-            if self.unavailable:
-                continue
-            dtype = DType(b["dtype"]).tvm
-            if b["kind"] == "const":
-                self._bufs[i] = tvm.runtime.tensor(consts[b["name"]], self.device)
-            elif b["kind"] == "temp":
-                self._bufs[i] = tvm.runtime.empty(tuple(b["shape"]), dtype, self.device)
-            elif b["kind"] == "arena":
-                self._bufs[i] = tvm.runtime.empty((max(b["size"], 1),), "uint8", self.device)
-            elif b["kind"] == "view":
-                self._bufs[i] = _view(self._bufs[b["arena"]], b["offset"], tuple(b["shape"]), dtype, self._views)
-            elif b["kind"] == "bordered":  # zeros once: kernels write only the interior, so the border stays 0
-                shape, pads = tuple(b["shape"]), b["pads"]
-                buf = tvm.runtime.tensor(np.zeros(padded_shape(shape, pads), DType(b["dtype"]).np), self.device)
-                self._whole[i] = buf
-                strides = padded_strides(shape, pads)
-                offset = sum(lo * st for lo, st in zip(pads[: len(shape)], strides)) * buf.dtype.itemsize
-                self._bufs[i] = _view(buf, offset, shape, dtype, self._views, list(strides))
-            elif b["kind"] == "whole":
-                self._bufs[i] = self._whole[b["of"]]
+            if b["kind"] == "const" and not self.unavailable:
+                self._consts[i] = tvm.runtime.tensor(consts[b["name"]], self.device)
         self._arg_slots = [next(i for i, b in enumerate(plan["buffers"]) if b["kind"] == "arg" and b["index"] == k)
                            if any(b["kind"] == "arg" and b["index"] == k for b in plan["buffers"]) else -1
                            for k in range(len(plan["args"]))]
-        # TVM kernels assume 64-byte aligned buffers (vector loads); a misaligned input is copied here.
-        self._staging = [tvm.runtime.empty(shape, DType.from_numpy(dt).tvm, self.device)
-                         for shape, dt in self.arg_types] if not self.unavailable else []
-        # Streams: on a GPU, launches go to the CUDA streams assign-streams chose, ordered by events. On
-        # the CPU every kernel already spreads over all cores, so the plan runs in its printed order,
-        # which is a valid serial order of the streams.
-        nstreams = 1 + max((c.get("stream", 0) for c in plan["calls"]), default=0)
-        self._streams = None
-        if target["kind"] == "cuda" and nstreams > 1 and not self.unavailable:
-            nevents = 1 + max((c.get("signal", -1) for c in plan["calls"]), default=-1)
-            self._streams = _CudaStreams.create(self.device, nstreams, nevents)
-        # (function, getter of its buffers from the slot list): itemgetter picks them in C, which saves a
-        # list per kernel per call.
-        self._calls = [(fn, _getter(idx)) for fn, idx in filter(None, map(self._step, plan["calls"]))]
+        self._nstreams = 1 + max((c.get("stream", 0) for c in plan["calls"]), default=0)
         self._unaligned_ok = bool(plan.get("unaligned_inputs"))
         # Inputs that always go through staging: on a GPU; NumPy bf16 (no DLPack form); empty arrays (zero
         # strides, which TVM rejects).
         on_gpu = target["kind"] == "cuda"
         self._always_stage = [on_gpu or dt == _BF16 or 0 in shape for shape, dt in self.arg_types]
-        self._result_views = [self._view(r) for r in plan["results"]]
         self._results = plan["results"]
+        # Idle workspaces; list.pop and list.append are atomic, so taking one needs no lock.
+        self._idle: list[_Workspace] = [] if self.unavailable else [_Workspace(self)]
 
-    def _view(self, slot: int):
-        """A NumPy view of a buffer allocated at load time, or None (arguments, GPU memory)."""
-        b = self._bufs[slot]
-        if b is None or self.target["kind"] == "cuda" or self.plan["buffers"][slot]["dtype"] == "bf16":
-            return None
+    def _take(self) -> _Workspace:
         try:
-            return np.from_dlpack(b)
-        except (TypeError, BufferError, RuntimeError):
-            return None
+            return self._idle.pop()
+        except IndexError:  # every workspace is in a call on another thread
+            return _Workspace(self)
 
-    def _step(self, c: dict):
+    def _step(self, c: dict, st: _CudaStreams | None):
         """A call of the plan as (function, buffer slots): a kernel, or a copy. Stream events order kernels
         on a GPU's streams; run one after the other (on the CPU, or one stream) they are already ordered."""
-        st = self._streams
         if "kernel" in c:
             fn = self.lib[c["kernel"]]
             return (st.on(c["stream"], fn) if st else fn), c["buffers"]
@@ -132,26 +95,32 @@ class CompiledModel:
     def _run(self, outputs: list[np.ndarray] | None, args, kwargs) -> list[np.ndarray]:
         if self.unavailable:
             raise GCError(self.unavailable)
-        bufs = self._buffers_for(args, kwargs)
-        direct = self._bind_outputs(outputs, bufs) if outputs is not None else []
-        for fn, get in self._calls:
-            fn(*get(bufs))
-        if self._streams is not None:
-            self._streams.finish()
-        if outputs is not None:
-            for o, r, d, view in zip(outputs, self._results, direct, self._result_views):
-                if not d:
-                    np.copyto(o, view if view is not None else _to_numpy(bufs[r]))
-            return list(outputs)
-        # Results come back through NumPy views of the (allocated once) TVM buffers: one copy, no round trip.
-        return [view.copy() if view is not None else _to_numpy(bufs[r]) for r, view in zip(self._results, self._result_views)]
-
-    def _buffers_for(self, args, kwargs) -> list:
-        """Every buffer slot of the plan, the arguments bound to these inputs (zero-copy where possible)."""
         inputs = self._bind(args, kwargs)
-        bufs = list(self._bufs)
+        ws = self._take()
+        try:
+            bufs = self._buffers_for(ws, inputs)
+            direct = self._bind_outputs(outputs, bufs) if outputs is not None else []
+            for fn, get in ws.calls:
+                fn(*get(bufs))
+            if ws.streams is not None:
+                ws.streams.finish()
+            if outputs is not None:
+                for o, r, d, view in zip(outputs, self._results, direct, ws.result_views):
+                    if not d:
+                        np.copyto(o, view if view is not None else _to_numpy(bufs[r]))
+                return list(outputs)
+            # Results come back through NumPy views of the workspace's buffers: one copy, no round trip.
+            return [view.copy() if view is not None else _to_numpy(bufs[r])
+                    for r, view in zip(self._results, ws.result_views)]
+        finally:
+            self._idle.append(ws)
+
+    def _buffers_for(self, ws: _Workspace, inputs: list[np.ndarray]) -> list:
+        """Every buffer slot of the plan in workspace `ws`, the arguments bound to these (checked) inputs,
+        zero-copy where possible."""
+        bufs = list(ws.bufs)
         check_alignment = not self._unaligned_ok
-        for slot, x, staging, stage in zip(self._arg_slots, inputs, self._staging, self._always_stage):
+        for slot, x, staging, stage in zip(self._arg_slots, inputs, ws.staging, self._always_stage):
             if slot < 0:
                 continue
             # Read-only arrays (np.load with mmap, onnx.numpy_helper) have no DLPack export: staged too.
@@ -221,73 +190,83 @@ class CompiledModel:
             out.append(np.ascontiguousarray(x).reshape(shape))  # ascontiguousarray makes rank 0 rank 1
         return out
 
-    # -- the artifact: one zip with the library, the plan and the constants --
+    # -- the artifact (compiler/codegen/artifact.py) --
 
     def save(self, path: str | Path) -> None:
-        import tvm
+        """Write the model as a .gcpkg artifact at `path`, atomically."""
+        from compiler.codegen import artifact
 
-        head = {"format": FORMAT, "target": self.target}
-        if self.target["kind"] == "cuda" and not tvm.runtime.enabled("cuda"):
-            # Built without a driver, the library holds the kernels' CUDA C only, not a GPU binary.
-            head["cuda_source_only"] = True
-        with tempfile.TemporaryDirectory() as d:
-            lib = Path(d) / "lib.so"
-            self.lib.export_library(str(lib))
-            consts = io.BytesIO()
-            np.savez(consts, **self.consts)
-            with zipfile.ZipFile(path, "w") as z:
-                z.writestr("plan.json", json.dumps({**head, **self.plan}, indent=1))
-                z.write(lib, "lib.so")
-                z.writestr("consts.npz", consts.getvalue())
-                if self.source is not None:
-                    z.writestr("source.gir", self.source)
+        artifact.save(self, path)
 
     @staticmethod
     def read_plan(path: str | Path) -> dict:
-        """The plan.json of a saved model (its target, entry, signature...) without loading its kernels."""
-        with CompiledModel._open(path) as z:
-            return CompiledModel._plan_of(path, z)
+        """The checked plan.json of a saved model (its target, entry, signature...) without loading its kernels."""
+        from compiler.codegen import artifact
 
-    @staticmethod
-    def _open(path: str | Path) -> zipfile.ZipFile:
-        try:
-            return zipfile.ZipFile(path)
-        except (OSError, zipfile.BadZipFile) as e:
-            raise GCError(f"cannot read compiled model {path}: {e}") from None
-
-    @staticmethod
-    def _plan_of(path: str | Path, z: zipfile.ZipFile) -> dict:
-        if "plan.json" not in z.namelist():
-            raise GCError(f"{path} is not a gc compiled model (a zip file without plan.json); "
-                          "`gc compile FILE.gir -o OUT.gcpkg` makes one")
-        plan = json.loads(z.read("plan.json"))
-        if plan.get("format") != FORMAT:
-            raise GCError(f"{path} is not a gc compiled model ({FORMAT})")
-        return plan
+        return artifact.read_plan(path)
 
     @staticmethod
     def load(path: str | Path) -> CompiledModel:
+        """A saved model, after checking the file is whole and fits this machine (see artifact.py): only load
+        artifacts from a source you trust, since loading runs the native code they hold."""
+        from compiler.codegen import artifact
+
+        return artifact.load(path)
+
+
+class _Workspace:
+    """What one call in flight writes: the plan's arenas and their views, zero-bordered buffers (zeroed
+    once: kernels write only their interior), staging buffers for inputs, and the CUDA streams and events
+    of a multi-stream plan. The constants are the model's."""
+
+    def __init__(self, model: CompiledModel):
         import tvm
 
-        z = CompiledModel._open(path)
-        with z, tempfile.TemporaryDirectory() as d:
-            plan = CompiledModel._plan_of(path, z)
-            z.extract("lib.so", d)
-            if plan["target"]["kind"] == "cuda" and _no_cuda_device(plan["target"]):
-                # TVM cannot even load a CUDA library without the driver.
-                raise GCError(f"cannot load {path}: {_no_cuda_device(plan['target'])}")
-            if plan.pop("cuda_source_only", False):
-                raise GCError(f"cannot load {path}: it was compiled where no CUDA driver was, so it holds the "
-                              "kernels' CUDA C source but no GPU binary; compile it again on this machine")
-            lib = tvm.runtime.load_module(str(Path(d) / "lib.so"))
-            with np.load(io.BytesIO(z.read("consts.npz"))) as c:
-                consts = restore_bf16({k: c[k] for k in c.files})
-            source = z.read("source.gir").decode() if "source.gir" in z.namelist() else None
-        target = plan.pop("target")
-        plan.pop("format")
-        model = CompiledModel(lib, plan, consts, target)
-        model.source = source
-        return model
+        plan, dev = model.plan, model.device
+        self.bufs: list = list(model._consts)
+        self.keep: list = []  # what keeps the arena's views valid (DLPack structs)
+        self.whole: dict[int, object] = {}  # zero-bordered buffers, by the slot of their interior
+        for i, b in enumerate(plan["buffers"]):
+            dtype = DType(b["dtype"]).tvm
+            if b["kind"] == "temp":
+                self.bufs[i] = tvm.runtime.empty(tuple(b["shape"]), dtype, dev)
+            elif b["kind"] == "arena":
+                self.bufs[i] = tvm.runtime.empty((max(b["size"], 1),), "uint8", dev)
+            elif b["kind"] == "view":
+                self.bufs[i] = _view(self.bufs[b["arena"]], b["offset"], tuple(b["shape"]), dtype, self.keep)
+            elif b["kind"] == "bordered":
+                shape, pads = tuple(b["shape"]), b["pads"]
+                buf = tvm.runtime.tensor(np.zeros(padded_shape(shape, pads), DType(b["dtype"]).np), dev)
+                self.whole[i] = buf
+                strides = padded_strides(shape, pads)
+                offset = sum(lo * st for lo, st in zip(pads[: len(shape)], strides)) * buf.dtype.itemsize
+                self.bufs[i] = _view(buf, offset, shape, dtype, self.keep, list(strides))
+            elif b["kind"] == "whole":
+                self.bufs[i] = self.whole[b["of"]]
+        # TVM kernels assume 64-byte aligned buffers (vector loads); a misaligned input is copied here.
+        self.staging = [tvm.runtime.empty(shape, DType.from_numpy(dt).tvm, dev) for shape, dt in model.arg_types]
+        # Streams: on a GPU, launches go to the CUDA streams assign-streams chose, ordered by events. On
+        # the CPU every kernel already spreads over all cores, so the plan runs in its printed order,
+        # which is a valid serial order of the streams.
+        self.streams = None
+        if model.target["kind"] == "cuda" and model._nstreams > 1:
+            nevents = 1 + max((c.get("signal", -1) for c in plan["calls"]), default=-1)
+            self.streams = _CudaStreams.create(dev, model._nstreams, nevents)
+        # (function, getter of its buffers from the slot list): itemgetter picks them in C, which saves a
+        # list per kernel per call.
+        steps = (model._step(c, self.streams) for c in plan["calls"])
+        self.calls = [(fn, _getter(idx)) for fn, idx in filter(None, steps)]
+        self.result_views = [self._view(model, r) for r in plan["results"]]
+
+    def _view(self, model: CompiledModel, slot: int):
+        """A NumPy view of a buffer allocated here, or None (arguments, constants, GPU memory)."""
+        b = self.bufs[slot]
+        if b is None or model.target["kind"] == "cuda" or model.plan["buffers"][slot]["dtype"] == "bf16":
+            return None
+        try:
+            return np.from_dlpack(b)
+        except (TypeError, BufferError, RuntimeError):
+            return None
 
 
 class _CudaStreams:
@@ -411,6 +390,13 @@ def _view(base, offset: int, shape: tuple[int, ...], dtype: str, keep: list, str
 
 def _to_numpy(b) -> np.ndarray:
     return np.array(b, copy=True) if isinstance(b, np.ndarray) else b.numpy()
+
+
+def _no_cpu_features(target: dict) -> str | None:
+    from compiler.codegen.target import no_cpu_features
+
+    why = no_cpu_features(target)
+    return f"cannot run this model here: {why}" if why else None
 
 
 def _no_cuda_device(target: dict) -> str | None:

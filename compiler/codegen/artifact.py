@@ -1,0 +1,292 @@
+"""The compiled artifact (.gcpkg): one zip with the kernels' shared library, the plan and the constants.
+
+A .gcpkg holds native code that runs when it is loaded, as a pickle does: load only artifacts from a
+source you trust. What loading checks, before anything runs, is that the file is whole and fits this
+machine: the format version; a SHA-256 of every member, recorded at save; the plan's structure, every
+buffer inside the arena it views and every constant of the shape the plan says; the target (a GPU for
+cuda, and for llvm every CPU feature the code may use, against this CPU's). A file that fails any check
+is one diagnostic, never a traceback or a crash. The checks catch damage and mistakes; they cannot catch
+a library written to do harm by whoever made the file.
+
+Members: manifest.json (format, gc version, the hash of every other member), plan.json (target, entry,
+signature, buffers, calls; see build._plan), lib.so, consts.npz, and source.gir (the GIR it came from).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import tempfile
+import zipfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+
+from compiler.diagnostics import GCError
+from compiler.ir import DType
+
+FORMAT = "gcpkg-2"
+MEMBERS = ("plan.json", "lib.so", "consts.npz")  # and source.gir, optionally
+OPTIONAL = ("source.gir",)
+JSON_LIMIT = 256 << 20  # a plan beyond this is no plan gc wrote
+
+
+def save(model, path: str | Path) -> None:
+    """Write `model` to `path` atomically (a crash or a full disk leaves an earlier file whole)."""
+    import tvm
+
+    from compiler import __version__
+    from compiler.codegen.target import target_features
+    from compiler.files import check_output, write_atomic
+
+    check_output(path)
+    head: dict = {"target": model.target}
+    if model.target["kind"] == "llvm":
+        head["cpu_features"] = target_features(model.target)
+    if model.target["kind"] == "cuda" and not tvm.runtime.enabled("cuda"):
+        # Built without a driver, the library holds the kernels' CUDA C only, not a GPU binary.
+        head["cuda_source_only"] = True
+    members: dict[str, bytes] = {"plan.json": json.dumps({**head, **model.plan}, indent=1).encode()}
+    with tempfile.TemporaryDirectory() as d:
+        lib = Path(d) / "lib.so"
+        model.lib.export_library(str(lib))
+        members["lib.so"] = lib.read_bytes()
+    consts = io.BytesIO()
+    np.savez(consts, **model.consts)
+    members["consts.npz"] = consts.getvalue()
+    if model.source is not None:
+        members["source.gir"] = model.source.encode("utf-8")
+    manifest = {"format": FORMAT, "gc": __version__,
+                "sha256": {name: hashlib.sha256(data).hexdigest() for name, data in members.items()}}
+
+    def write(fh) -> None:
+        with zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as z:
+            z.writestr("manifest.json", json.dumps(manifest, indent=1))
+            for name, data in members.items():
+                z.writestr(name, data)
+
+    write_atomic(path, write)
+
+
+class _Reader:
+    """The members of an artifact, each read once and checked against the manifest's hash."""
+
+    def __init__(self, path: str | Path):
+        self.path = path
+        try:
+            self.zip = zipfile.ZipFile(path)
+            names = self.zip.namelist()
+        except (OSError, zipfile.BadZipFile, zipfile.LargeZipFile, ValueError, EOFError) as e:
+            raise self.error(f"not a readable zip file ({e})") from None
+        if len(set(names)) != len(names):
+            raise self.error("a member appears twice in the zip")
+        if "manifest.json" not in names:
+            if "plan.json" in names:
+                raise self.error("it was written by an older gc (no manifest.json); compile it again")
+            raise self.error("no manifest.json: not a gc compiled model (`gc compile FILE.gir -o OUT.gcpkg` makes one)")
+        manifest = self._json("manifest.json")
+        if not isinstance(manifest, dict):
+            raise self.error("manifest.json is not a JSON object")
+        if manifest.get("format") != FORMAT:
+            raise self.error(f"format {manifest.get('format')!r}, but this gc reads {FORMAT!r}; compile it again")
+        hashes = manifest.get("sha256")
+        if not isinstance(hashes, dict) or not all(isinstance(v, str) for v in hashes.values()):
+            raise self.error("manifest.json has no table of member hashes")
+        expected = set(MEMBERS) | (set(OPTIONAL) & set(hashes))
+        if set(hashes) != expected:
+            raise self.error(f"manifest.json lists {sorted(hashes)}, expected {sorted(expected)}")
+        if set(names) != expected | {"manifest.json"}:
+            odd = sorted(set(names) ^ (expected | {"manifest.json"}))
+            raise self.error(f"the zip's members differ from its manifest's: {', '.join(odd)}")
+        self.hashes = hashes
+
+    def error(self, message: str) -> GCError:
+        return GCError(f"cannot load {self.path}: {message}")
+
+    def read(self, name: str, limit: int | None = None) -> bytes:
+        try:
+            info = self.zip.getinfo(name)
+            if limit is not None and info.file_size > limit:
+                raise self.error(f"{name} is {info.file_size} bytes, too large to be gc's")
+            data = self.zip.read(name)
+        except (OSError, zipfile.BadZipFile, zlib.error, EOFError, ValueError, NotImplementedError) as e:
+            raise self.error(f"{name} cannot be read ({e})") from None
+        if name != "manifest.json" and hashlib.sha256(data).hexdigest() != self.hashes.get(name):
+            raise self.error(f"{name} is damaged or was changed after it was saved (its SHA-256 differs from the "
+                             "manifest's)")
+        return data
+
+    def _json(self, name: str):
+        try:
+            return json.loads(self.read(name, JSON_LIMIT))
+        except (ValueError, RecursionError) as e:
+            raise self.error(f"{name} is not valid JSON ({e})") from None
+
+    def plan(self) -> dict:
+        plan = self._json("plan.json")
+        check_plan(plan, self.error)
+        return plan
+
+
+def read_plan(path: str | Path) -> dict:
+    """The checked plan.json of a saved model (its target, entry, signature...) without loading its kernels."""
+    r = _Reader(path)
+    with r.zip:
+        return r.plan()
+
+
+def load(path: str | Path):
+    """The CompiledModel saved at `path`, after every check the module docstring names."""
+    import tvm
+
+    from compiler.codegen.runtime import CompiledModel, _no_cuda_device
+    from compiler.codegen.target import missing_features
+    from compiler.inputs import restore_bf16
+
+    r = _Reader(path)
+    with r.zip:
+        plan = r.plan()
+        target = plan["target"]
+        if target["kind"] == "cuda":
+            if _no_cuda_device(target):  # TVM cannot even load a CUDA library without the driver
+                raise r.error(_no_cuda_device(target))
+            if plan.get("cuda_source_only"):
+                raise r.error("it was compiled where no CUDA driver was, so it holds the kernels' CUDA C source but "
+                              "no GPU binary; compile it again on this machine")
+        else:
+            missing = missing_features(plan["cpu_features"])
+            if missing:
+                raise r.error(f"it was compiled for the CPU '{target.get('mcpu')}' and uses instructions this CPU "
+                              f"lacks: {', '.join(missing)}; compile it again on this machine")
+        consts = _consts(r, plan)
+        source = None
+        if "source.gir" in r.hashes:
+            try:
+                source = r.read("source.gir").decode("utf-8")
+            except UnicodeDecodeError:
+                raise r.error("source.gir is not UTF-8 text") from None
+        with tempfile.TemporaryDirectory() as d:
+            lib_path = Path(d) / "lib.so"
+            lib_path.write_bytes(r.read("lib.so"))
+            try:
+                lib = tvm.runtime.load_module(str(lib_path))
+            except Exception as e:  # noqa: BLE001 (TVM raises its own errors for a library it cannot load)
+                raise r.error(f"lib.so does not load: {' '.join(str(e).split())[:300]}") from None
+    for name in sorted({c["kernel"] for c in plan["calls"] if "kernel" in c}):
+        if not lib.implements_function(name, True):
+            raise r.error(f"the plan calls kernel '{name}', which lib.so does not define")
+    for key in ("target", "cpu_features", "cuda_source_only"):
+        plan.pop(key, None)
+    model = CompiledModel(lib, plan, restore_bf16(consts), target)
+    model.source = source
+    return model
+
+
+def _consts(r: _Reader, plan: dict) -> dict[str, np.ndarray]:
+    try:
+        with np.load(io.BytesIO(r.read("consts.npz")), allow_pickle=False) as c:
+            consts = {k: c[k] for k in c.files}
+    except GCError:
+        raise
+    except Exception as e:  # noqa: BLE001 (NumPy raises ValueError, BadZipFile, OSError... for a bad .npz)
+        raise r.error(f"consts.npz cannot be read ({type(e).__name__}: {e})") from None
+    for b in plan["buffers"]:
+        if b["kind"] != "const":
+            continue
+        arr = consts.get(b["name"])
+        if arr is None:
+            raise r.error(f"the plan's constant '{b['name']}' is not in consts.npz")
+        want = np.dtype(DType(b["dtype"]).np)
+        ok_dtype = arr.dtype == want or (b["dtype"] == "bf16" and arr.dtype.kind == "V" and arr.dtype.itemsize == 2)
+        if list(arr.shape) != b["shape"] or not ok_dtype:
+            raise r.error(f"constant '{b['name']}' is {arr.dtype}{list(arr.shape)}, the plan says "
+                          f"{b['dtype']}{b['shape']}")
+    return consts
+
+
+# --- the plan's structure -------------------------------------------------------------------------------
+
+KINDS = {"arg", "const", "temp", "arena", "view", "bordered", "whole"}
+
+
+def check_plan(plan, error) -> None:
+    """Raise error(message) unless `plan` is well formed: every index in range, every view inside its
+    arena, every step naming buffers that exist; what a kernel could read or write out of bounds with."""
+
+    def need(ok: bool, what: str) -> None:
+        if not ok:
+            raise error(f"plan.json is malformed: {what}")
+
+    def is_int(x, lo: int = 0) -> bool:
+        return type(x) is int and x >= lo
+
+    def shape_ok(s) -> bool:
+        return isinstance(s, list) and len(s) <= 32 and all(is_int(d) for d in s)
+
+    def dtype_ok(d) -> bool:
+        try:
+            DType(d)
+            return True
+        except (ValueError, TypeError):
+            return False
+
+    def nbytes(b: dict) -> int:
+        return math.prod(b["shape"]) * DType(b["dtype"]).itemsize
+
+    need(isinstance(plan, dict), "not a JSON object")
+    for key, kind in (("target", dict), ("entry", str), ("args", list), ("buffers", list), ("calls", list),
+                      ("results", list), ("result_types", list), ("memory", dict)):
+        need(isinstance(plan.get(key), kind), f"'{key}' missing or not a {kind.__name__}")
+    target = plan["target"]
+    need(target.get("kind") in ("llvm", "cuda"), f"unknown target kind {target.get('kind')!r}")
+    if target["kind"] == "llvm":
+        feats = plan.get("cpu_features")
+        need(isinstance(feats, list) and all(isinstance(f, str) for f in feats), "no list of CPU features")
+    args, bufs = plan["args"], plan["buffers"]
+    for i, a in enumerate(args):
+        need(isinstance(a, dict) and isinstance(a.get("name"), str) and shape_ok(a.get("shape"))
+             and dtype_ok(a.get("dtype")), f"argument #{i}")
+    for i, b in enumerate(bufs):
+        need(isinstance(b, dict) and b.get("kind") in KINDS and shape_ok(b.get("shape")) and dtype_ok(b.get("dtype")),
+             f"buffer #{i}")
+        kind = b["kind"]
+        if kind == "arg":
+            k = b.get("index")
+            need(is_int(k) and k < len(args), f"buffer #{i}: argument index {k!r}")
+            need(b["shape"] == args[k]["shape"] and b["dtype"] == args[k]["dtype"], f"buffer #{i}: not argument {k}'s type")
+        elif kind == "const":
+            need(isinstance(b.get("name"), str), f"buffer #{i}: constant without a name")
+        elif kind == "arena":
+            need(is_int(b.get("size")) and b["size"] <= 1 << 48, f"buffer #{i}: arena size {b.get('size')!r}")
+        elif kind == "view":
+            a, off = b.get("arena"), b.get("offset")
+            need(is_int(a) and a < i and bufs[a].get("kind") == "arena", f"buffer #{i}: views no arena")
+            need(is_int(off) and off + nbytes(b) <= bufs[a]["size"],
+                 f"buffer #{i}: {nbytes(b)} bytes at offset {off!r} lie outside its arena of {bufs[a]['size']} bytes")
+        elif kind == "bordered":
+            pads = b.get("pads")
+            need(isinstance(pads, list) and len(pads) == 2 * len(b["shape"]) and all(is_int(p) for p in pads),
+                 f"buffer #{i}: pads {pads!r}")
+        elif kind == "whole":
+            of = b.get("of")
+            need(is_int(of) and of < i and bufs[of].get("kind") == "bordered", f"buffer #{i}: whole of no bordered buffer")
+            inner, pads = bufs[of]["shape"], bufs[of]["pads"]
+            rank = len(inner)
+            padded = [n + lo + hi for n, lo, hi in zip(inner, pads[:rank], pads[rank:])]
+            need(b["shape"] == padded and b["dtype"] == bufs[of]["dtype"], f"buffer #{i}: not its bordered buffer's shape")
+    for i, c in enumerate(plan["calls"]):
+        need(isinstance(c, dict) and is_int(c.get("stream", 0)), f"call #{i}")
+        if "kernel" in c:
+            need(isinstance(c["kernel"], str) and isinstance(c.get("buffers"), list)
+                 and all(is_int(j) and j < len(bufs) for j in c["buffers"]), f"call #{i}: kernel buffers")
+        elif "copy" in c:
+            cp = c["copy"]
+            need(isinstance(cp, list) and len(cp) == 2 and all(is_int(j) and j < len(bufs) for j in cp)
+                 and nbytes(bufs[cp[0]]) == nbytes(bufs[cp[1]]), f"call #{i}: copy")
+        else:
+            need(any(is_int(c.get(k)) and c[k] < 1 << 16 for k in ("signal", "wait")), f"call #{i}: no kernel, copy or event")
+    need(all(is_int(r) and r < len(bufs) for r in plan["results"]), "results")
+    need(len(plan["result_types"]) == len(plan["results"]), "result types")

@@ -7,6 +7,22 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 
+def printable(text: str) -> str:
+    """`text` with every character that could end a line or steer a terminal (control and format
+    characters, line separators, unusual spaces) escaped as Python writes it. Names from an untrusted
+    file reach comments of written IR and messages on the terminal only through this."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(c: str) -> str:
+    code = ord(c)
+    if c in "\n\r\t":
+        return repr(c)[1:-1]
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
 @dataclass(frozen=True, eq=False)
 class Source:
     """A named text the parser read; locations point into it."""
@@ -78,16 +94,18 @@ class Diagnostic:
 
 
 def _render_one(loc: Location | None, severity: str, message: str) -> str:
+    message = printable(message)
     if loc is None or loc.line == 0:
         # A file without lines (a binary model, a whole input) is still named; the unknown location is not.
         named = loc is not None and loc.file and loc.file != UNKNOWN.file
-        return f"{loc.file}: {severity}: {message}" if named else f"{severity}: {message}"
-    head = f"{loc}: {severity}: {message}"
+        return f"{printable(loc.file)}: {severity}: {message}" if named else f"{severity}: {message}"
+    head = f"{printable(str(loc))}: {severity}: {message}"
     line = loc.source.line(loc.line) if loc.source else Source(loc.file).line(loc.line)
     if line is None:
         return head
-    caret = " " * (len(line[: loc.col - 1].expandtabs()) if loc.col > 0 else 0) + "^"
-    return f"{head}\n{line.expandtabs()}\n{caret}"
+    line = line.expandtabs()
+    caret = " " * (len(printable(line[: loc.col - 1])) if loc.col > 0 else 0) + "^"
+    return f"{head}\n{printable(line)}\n{caret}"
 
 
 class GCError(Exception):

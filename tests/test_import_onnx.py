@@ -5,6 +5,7 @@ written .gir; the diagnostics; the `gc import` command."""
 from __future__ import annotations
 
 import re
+import string
 
 import numpy as np
 import pytest
@@ -551,6 +552,37 @@ def test_every_op_line_names_its_onnx_node() -> None:
     text = import_onnx(conv_net()).text
     op_lines = [line for line in text.splitlines() if " = graph." in line]
     assert op_lines and all(re.search(r"// node \d+ '[^']+' \(\w+\)$", line) for line in op_lines)
+
+
+HOSTILE = [
+    "r\n  %y = graph.neg(%x)  // ",  # a new line with an op of its own
+    "r\r%y = graph.neg(%x)",  # a carriage return: a line break to str.splitlines
+    "r\u2028%y = graph.neg(%x)\u2029",  # Unicode's line and paragraph separators
+    "r\x1b[2J\x1b[31m",  # terminal escapes
+    "r\x0b\x0c\x1c\x85",  # vertical tab, form feed, file separator, next line
+]
+
+
+@pytest.mark.parametrize("name", HOSTILE, ids=range(len(HOSTILE)))
+def test_a_hostile_node_name_cannot_change_the_module(name: str) -> None:
+    """Names reach the written text only in comments, escaped: however a name tries to end its comment,
+    the module is the model's (here one relu), each op on the line its location says."""
+    x = rand(2, 3)
+    model = make_model([helper.make_node("Relu", ["x"], ["y"], name=name)], {"x": x}, ["y"])
+    model.producer_name, model.producer_version = name, name
+    imported = import_onnx(model, gir_name="net.gir")
+    assert [op.name for op in imported.module["main"].ops] == ["graph.relu"]
+    np.testing.assert_array_equal(compiler.run(imported.module, {"x": x})[0], np.maximum(x, 0))
+    assert imported.text.isprintable() or set(imported.text) - set(string.printable) <= {"\n"}
+    assert imported.text.splitlines() == imported.text.rstrip("\n").split("\n")  # no other line breaks
+    assert repr(name[1:])[1:-1].replace("\\'", "'") in imported.text  # shown escaped, not dropped
+
+
+def test_a_hostile_input_name_in_a_diagnostic_is_escaped() -> None:
+    model = make_model([node("Relu", ["in\n\x1b[31m"])], {"in\n\x1b[31m": rand(2, 3).astype(np.float64)}, ["y"])
+    model.graph.input[0].type.tensor_type.elem_type = TensorProto.STRING
+    rendered = import_error(model)
+    assert "\x1b" not in rendered and "\\x1b" in rendered and rendered.count("\n") == rendered.strip().count("\n")
 
 
 def test_op_locations_are_lines_of_the_written_text() -> None:

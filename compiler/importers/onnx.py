@@ -26,7 +26,8 @@ from typing import Any
 import numpy as np
 
 from compiler.builder import Builder
-from compiler.diagnostics import Diagnostic, GCError, writing
+from compiler.diagnostics import Diagnostic, GCError, printable
+from compiler.files import write_atomic
 from compiler.inputs import save_npz
 from compiler.ir import DType, Func, Module, Op, TensorType, Value
 from compiler.parser import parse
@@ -58,7 +59,7 @@ class FileDiagnostic(Diagnostic):
     file: str = ""
 
     def render(self) -> str:
-        return f"{self.file}: {self.severity}: {self.message}"
+        return f"{printable(self.file)}: {self.severity}: {printable(self.message)}"
 
 
 def file_error(file: str, message: str) -> GCError:
@@ -77,13 +78,11 @@ class Imported:
     def write(self, gir_path: str | Path) -> Path | None:
         """Write the .gir, and the weights (if any) as an .npz beside it; returns the .npz's path."""
         gir_path = Path(gir_path)
-        with writing(gir_path):
-            gir_path.write_text(self.text, encoding="utf-8")
+        write_atomic(gir_path, self.text)
         if not self.weights:
             return None
         npz = gir_path.with_suffix(".npz")
-        with writing(npz):
-            save_npz(npz, self.weights)
+        save_npz(npz, self.weights)
         return npz
 
 
@@ -476,15 +475,14 @@ class Node:
 
 
 def _header(model: Any, file: str, gir_name: str, opset: int, func: Func, weights: dict) -> str:
+    # Every name here comes from the model or the command line: escaped, so that none can end the comment.
     producer = " ".join(x for x in (model.producer_name, model.producer_version) if x) or "unknown"
-    head = f"// {Path(gir_name).name}: imported by `gc import` from {Path(file).name}"
-    lines = [f"{head} (opset {opset}, produced by {producer})"]
+    head = f"// {printable(Path(gir_name).name)}: imported by `gc import` from {printable(Path(file).name)}"
+    lines = [f"{head} (opset {opset}, produced by {printable(producer)})"]
     first = next((a.name for a in func.args if a.name in weights), None)
     if first is not None:
-        npz = Path(gir_name).with_suffix(".npz").name
-        lines.append(
-            f"// The arguments from %{first} on are weights, in {npz}: gc compile {Path(gir_name).name} --params {npz}"
-        )
+        npz, gir = printable(Path(gir_name).with_suffix(".npz").name), printable(Path(gir_name).name)
+        lines.append(f"// The arguments from %{first} on are weights, in {npz}: gc compile {gir} --params {npz}")
     return "\n".join(lines) + "\n"
 
 
@@ -494,5 +492,5 @@ def _annotate(func: Func, comments: dict[Op, str]) -> str:
     start = next(i for i, line in enumerate(lines) if line.endswith("{")) + 1
     for k, op in enumerate(func.ops):
         if op in comments:
-            lines[start + k] += "  // " + comments[op]
+            lines[start + k] += "  // " + printable(comments[op])  # node names are the model's: escaped
     return "\n".join(lines)

@@ -131,3 +131,22 @@ def scalar(b: Builder, value: float, like: Value) -> Value:
 def zeros(b: Builder, t: TensorType) -> Value:
     """A zero tensor of type `t` (printed as a splat)."""
     return b.constant(np.zeros(t.shape), t.dtype)
+
+
+def extreme_reducer(dtype: str, largest: bool = True):
+    """The TE reducer for max (or min) with PyTorch's NaN semantics: a NaN anywhere in the window or row
+    is the result. TIR's max(a, b) is `a > b ? a : b`, which drops a NaN in a; te.max also starts from
+    the lowest finite value, which would win over a row of -inf."""
+    from tvm import te, tirx
+
+    if "float" not in dtype:
+        return te.max if largest else te.min
+    better = (lambda a, b: a > b) if largest else (lambda a, b: a < b)
+    # v wins if it is NaN or better; a NaN accumulator is never beaten (a comparison with NaN is false).
+    # The test of v is off the accumulator's dependency chain: testing acc for NaN there made a strided
+    # 3x3 max pool 4.6x slower (64x112x112: 183 -> 850 us).
+    return te.comm_reducer(
+        lambda acc, v: tirx.Select(tirx.isnan(v) | better(v, acc), v, acc),
+        lambda t: tirx.const(float("-inf") if largest else float("inf"), t),
+        name="nanmax" if largest else "nanmin",
+    )

@@ -13,6 +13,7 @@ import numpy as np
 from compiler.ir import Op, TensorType, Value, attribute, operand
 from dialects.graph.common import (
     dilate,
+    extreme_reducer,
     normalize_axis,
     pad_or_crop,
     require_float,
@@ -63,16 +64,6 @@ def _compute_dtype(dtype: str) -> str:
 
     Takes str(x.dtype): a te.Tensor's dtype is a PrimType, which never equals a string."""
     return "float32" if dtype in ("float16", "bfloat16") else dtype
-
-
-def _max_reducer(dtype: str) -> Callable:
-    """te.max, but for floats starting from -inf: te.max starts from the lowest finite value, which would
-    win over a row of -inf (and create_prim_func ignores a Reduce's `init`)."""
-    from tvm import te, tirx
-
-    if "float" not in dtype:
-        return te.max
-    return te.comm_reducer(lambda a, b: tirx.max(a, b), lambda t: tirx.const(float("-inf"), t), name="max")
 
 
 def _window_count(
@@ -385,7 +376,7 @@ class MaxPool2d(Pool2d, name="graph.max_pool2d"):
         xp = self.padded(x, low)
         (sh, sw), (rh, rw) = self.window_strides, self.window_axes()
         shape = self.results[0].type.shape
-        top = _max_reducer(dtype)
+        top = extreme_reducer(dtype)
         return te.compute(
             shape, lambda n, c, i, j: top(xp[n, c, i * sh + rh, j * sw + rw], axis=[rh, rw]), name="max_pool2d"
         )
@@ -831,7 +822,7 @@ class Softmax(Op, name="graph.softmax"):
             return te.compute(rows, at, name=name)
 
         name = self.name.split(".")[-1]
-        top = along(lambda i: x(*i).astype(acc), f"{name}_max", _max_reducer(acc))
+        top = along(lambda i: x(*i).astype(acc), f"{name}_max", extreme_reducer(acc))
         z = te.compute(shape, lambda *i: x(*i).astype(acc) - top(*self.row(i)), name=f"{name}_shifted")
         return z, along(lambda i: te.exp(z(*i)), f"{name}_sum", te.sum)
 

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from compiler.ir import DType, Op, TensorType, Value, attribute, operand
-from dialects.graph.common import normalize_axes, normalize_axis, require_numeric, reshaped, scalar
+from dialects.graph.common import extreme_reducer, normalize_axes, normalize_axis, require_numeric, reshaped, scalar
 
 if TYPE_CHECKING:
     from compiler.builder import Builder
@@ -122,24 +122,13 @@ def _accumulator(name: str, dtype: DType) -> str:
 
 def _combine(name: str, value, axes: list):
     """The TE reduction of `value` over `axes`: a sum, or a max/min through which a NaN wins."""
-    from tvm import te, tirx
+    from tvm import te
 
     if not axes:  # a scalar reduces to itself
         return value
     if name in ("graph.reduce_sum", "graph.reduce_mean"):
         return te.sum(value, axis=axes)
-    dtype = str(value.ty)
-    is_max = name == "graph.reduce_max"
-    if not dtype.startswith(("float", "bfloat")):
-        return (te.max if is_max else te.min)(value, axis=axes)
-    # TIR's max(a, b) is `a > b ? a : b`, which drops a NaN in a; the reference propagates it.
-    better = (lambda a, b: a > b) if is_max else (lambda a, b: a < b)
-    reducer = te.comm_reducer(
-        lambda acc, v: tirx.Select(tirx.isnan(acc) | better(acc, v), acc, v),
-        lambda t: tirx.const(-np.inf if is_max else np.inf, t),
-        name="nanmax" if is_max else "nanmin",
-    )
-    return reducer(value, axis=axes)
+    return extreme_reducer(str(value.ty), name == "graph.reduce_max")(value, axis=axes)
 
 
 def _sum(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:

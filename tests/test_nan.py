@@ -1,0 +1,125 @@
+"""One NaN and infinity semantics, PyTorch's, in the interpreter and every compiled kernel: a NaN in a
+max or min (elementwise, reduced, pooled) is the result, argmax points at the first NaN, clip keeps
+NaN, and a softmax row holding NaN or +inf is NaN throughout."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import compiler
+from compiler.parser import parse
+
+nan, inf = np.nan, np.inf
+TARGETS = ["interp", "llvm", "cuda"]
+
+
+def rows() -> np.ndarray:
+    """Rows with NaN, +-inf, both, only -inf, and a plain one: 8 rows of 8 (a vector of f32 on AVX2)."""
+    x = np.random.default_rng(0).standard_normal((8, 8)).astype(np.float32)
+    x[0, 3] = nan
+    x[1, 0] = inf
+    x[2, 7] = -inf
+    x[3, [1, 5]] = [nan, inf]
+    x[4, :] = -inf
+    x[5, [0, 7]] = nan
+    x[6, 2] = inf
+    x[6, 6] = -inf
+    return x
+
+
+def maps() -> np.ndarray:
+    x = np.random.default_rng(1).standard_normal((1, 3, 8, 8)).astype(np.float32)
+    x[0, 0, 1, 1] = nan
+    x[0, 0, 6, 3] = nan
+    x[0, 1, 4, 4] = inf
+    x[0, 1, 0, 7] = -inf
+    x[0, 2, 2:4, 2:4] = -inf
+    x[0, 2, 7, 7] = nan
+    return x
+
+
+def softmax(x: np.ndarray, log: bool = False) -> np.ndarray:
+    with np.errstate(invalid="ignore", over="ignore", divide="ignore"):
+        z = x.astype(np.float64) - x.max(axis=-1, keepdims=True)
+        s = np.exp(z).sum(axis=-1, keepdims=True)
+        return z - np.log(s) if log else np.exp(z) / s
+
+
+def pool(x: np.ndarray, k: int, stride: int, pad: int) -> np.ndarray:
+    """Max over windows, NaN winning, padding never."""
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=-inf)
+    oh = (xp.shape[2] - k) // stride + 1
+    out = np.empty(x.shape[:2] + (oh, oh), x.dtype)
+    for i in range(oh):
+        for j in range(oh):
+            out[:, :, i, j] = xp[:, :, i * stride : i * stride + k, j * stride : j * stride + k].max(axis=(2, 3))
+    return out
+
+
+# op text, result type, inputs, PyTorch's answer (written with NumPy, whose max/argmax/clip agree with it)
+CASES = {
+    "maximum": ("graph.maximum(%x, %y)", "tensor<8x8xf32>", lambda x: (x, x[::-1].copy()),
+                lambda x, y: np.maximum(x, y)),
+    "minimum": ("graph.minimum(%x, %y)", "tensor<8x8xf32>", lambda x: (x, x[::-1].copy()),
+                lambda x, y: np.minimum(x, y)),
+    "reduce_max": ("graph.reduce_max(%x) {axes = [1]}", "tensor<8xf32>", lambda x: (x,), lambda x: x.max(axis=1)),
+    "reduce_min": ("graph.reduce_min(%x) {axes = [1]}", "tensor<8xf32>", lambda x: (x,), lambda x: x.min(axis=1)),
+    "reduce_max columns": ("graph.reduce_max(%x) {axes = [0]}", "tensor<8xf32>", lambda x: (x,),
+                           lambda x: x.max(axis=0)),
+    "argmax": ("graph.argmax(%x) {axis = 1}", "tensor<8xi64>", lambda x: (x,), lambda x: x.argmax(axis=1)),
+    "clip": ("graph.clip(%x) {min = -1.0, max = 1.0}", "tensor<8x8xf32>", lambda x: (x,), lambda x: np.clip(x, -1, 1)),
+    "relu": ("graph.relu(%x)", "tensor<8x8xf32>", lambda x: (x,), lambda x: np.where(np.isnan(x), x, np.maximum(x, 0))),
+    "softmax": ("graph.softmax(%x) {axis = -1}", "tensor<8x8xf32>", lambda x: (x,), softmax),
+    "log_softmax": ("graph.log_softmax(%x) {axis = -1}", "tensor<8x8xf32>", lambda x: (x,),
+                    lambda x: softmax(x, log=True)),
+}
+POOLS = {
+    "max_pool2d 2x2/2": ("{kernel = [2, 2]}", 2, 2, 0),
+    "max_pool2d 3x3/1 padded": ("{kernel = [3, 3], strides = [1, 1], padding = [1, 1, 1, 1]}", 3, 1, 1),
+    "max_pool2d 3x3/2 padded": ("{kernel = [3, 3], strides = [2, 2], padding = [1, 1, 1, 1]}", 3, 2, 1),
+}
+
+
+def run_on(target: str, text: str, inputs: tuple) -> np.ndarray:
+    if target == "interp":
+        return np.asarray(compiler.run(parse(text, "nan.gir"), list(inputs))[0])
+    if target == "cuda":
+        from test_codegen_cuda import has_gpu
+
+        if not has_gpu():
+            pytest.skip("no CUDA device")
+        return compiler.compile(text, "cuda")(*inputs)[0]
+    return compiler.compile(text, target)(*inputs)[0]
+
+
+def assert_same(got: np.ndarray, want: np.ndarray) -> None:
+    """NaN where PyTorch gives NaN, the same infinities, the finite values within rounding."""
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(got[~finite & ~np.isnan(want)], want[~finite & ~np.isnan(want)])
+    np.testing.assert_allclose(got[finite], want[finite], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", list(CASES))
+def test_ops_with_nan_and_inf(case: str, target: str) -> None:
+    expr, result, make, expect = CASES[case]
+    inputs = make(rows())
+    args = ", ".join(f"%{n}: tensor<8x8xf32>" for n in "xy"[: len(inputs)])
+    text = f"func @main({args}) -> {result} {{\n  %r = {expr}\n  return %r\n}}\n"
+    assert_same(run_on(target, text, inputs), expect(*inputs))
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", list(POOLS))
+def test_max_pools_propagate_nan(case: str, target: str) -> None:
+    attrs, k, stride, pad = POOLS[case]
+    x = maps()
+    want = pool(x, k, stride, pad)
+    text = (f"func @main(%x: tensor<1x3x8x8xf32>) -> tensor<1x3x{want.shape[2]}x{want.shape[3]}xf32> {{\n"
+            f"  %r = graph.max_pool2d(%x) {attrs}\n  return %r\n}}\n")
+    assert np.isnan(want).sum() >= 3  # the windows that hold a NaN
+    assert_same(run_on(target, text, (x,)), want)

@@ -1,6 +1,10 @@
-"""Test helpers: run one op through print -> parse -> verify -> interpret."""
+"""Test helpers: the gc command line, and one op through print -> parse -> verify -> interpret."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 
@@ -44,3 +48,17 @@ def infer_error(name: str, *types: str, **attrs) -> str:
     except GCError as e:
         return e.diagnostics[0].message
     raise AssertionError("expected a diagnostic")
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def gc(*args: str, stdin: str | bytes | None = None, cwd: Path = ROOT, env: dict | None = None,
+       timeout: float | None = None) -> subprocess.CompletedProcess:
+    """`gc ARGS...` in a process of its own (text output; bytes on stdin pass through as they are)."""
+    binary = isinstance(stdin, bytes)
+    r = subprocess.run([sys.executable, "-m", "compiler", *args], capture_output=True, text=not binary, input=stdin,
+                       cwd=cwd, env=env, timeout=timeout)
+    if binary:
+        r.stdout, r.stderr = (x.decode("utf-8", "replace") for x in (r.stdout, r.stderr))
+    return r

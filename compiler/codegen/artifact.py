@@ -50,10 +50,13 @@ def save(model, path: str | Path) -> None:
         # Built without a driver, the library holds the kernels' CUDA C only, not a GPU binary.
         head["cuda_source_only"] = True
     members: dict[str, bytes] = {"plan.json": json.dumps({**head, **model.plan}, indent=1).encode()}
-    with tempfile.TemporaryDirectory() as d:
-        lib = Path(d) / "lib.so"
-        model.lib.export_library(str(lib))
-        members["lib.so"] = lib.read_bytes()
+    lib_bytes = getattr(model, "lib_bytes", None)
+    if lib_bytes is None:  # compiled in this process; a loaded model keeps the library it came with
+        with tempfile.TemporaryDirectory() as d:
+            lib = Path(d) / "lib.so"
+            model.lib.export_library(str(lib))
+            lib_bytes = lib.read_bytes()
+    members["lib.so"] = lib_bytes
     consts = io.BytesIO()
     np.savez(consts, **model.consts)
     members["consts.npz"] = consts.getvalue()
@@ -168,9 +171,10 @@ def load(path: str | Path):
                 source = r.read("source.gir").decode("utf-8")
             except UnicodeDecodeError:
                 raise r.error("source.gir is not UTF-8 text") from None
+        lib_bytes = r.read("lib.so")
         with tempfile.TemporaryDirectory() as d:
             lib_path = Path(d) / "lib.so"
-            lib_path.write_bytes(r.read("lib.so"))
+            lib_path.write_bytes(lib_bytes)
             try:
                 lib = tvm.runtime.load_module(str(lib_path))
             except Exception as e:  # noqa: BLE001 (TVM raises its own errors for a library it cannot load)
@@ -182,6 +186,7 @@ def load(path: str | Path):
         plan.pop(key, None)
     model = CompiledModel(lib, plan, restore_bf16(consts), target)
     model.source = source
+    model.lib_bytes = lib_bytes
     return model
 
 

@@ -34,6 +34,7 @@ class CompiledModel:
 
         self.lib = lib
         self.source: str | None = None  # the GIR it was compiled from (for random inputs that fit it)
+        self.lib_bytes: bytes | None = None  # the shared library as loaded from an artifact, saved as it was
         self.plan = plan
         self.target = target
         self.consts = consts

@@ -1,0 +1,189 @@
+"""The .gcpkg artifact is untrusted until checked: damage, tampering and another CPU's code are one
+diagnostic each (exit 1), checked before anything runs; a good artifact round-trips."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import compiler
+from compiler.codegen import artifact
+from compiler.diagnostics import GCError
+from compiler.inputs import random_inputs
+from compiler.parser import parse_file
+from conftest import ROOT
+from helpers import gc
+
+CNN = ROOT / "examples" / "cnn.gir"
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> Path:
+    """examples/cnn.gir with its weights bound: constants (some prepacked) travel in the artifact."""
+    path = tmp_path_factory.mktemp("art") / "cnn.gcpkg"
+    module = parse_file(CNN)
+    weights = {k: v for k, v in random_inputs(module["main"], 0, module).items() if k != "x"}
+    compiler.compile(str(CNN), "llvm", params=weights).save(path)
+    return path
+
+
+def members(path: Path) -> dict[str, bytes]:
+    with zipfile.ZipFile(path) as z:
+        return {n: z.read(n) for n in z.namelist()}
+
+
+def rewrite(path: Path, out: Path, change, rehash: bool = True) -> Path:
+    """A copy of the artifact with `change(members)` applied; with `rehash`, the manifest updated to match
+    (a tamperer who knows the format), so that only the deeper checks can catch it."""
+    m = members(path)
+    change(m)
+    if rehash and "manifest.json" in m:
+        manifest = json.loads(m["manifest.json"])
+        manifest["sha256"] = {n: hashlib.sha256(d).hexdigest() for n, d in m.items() if n != "manifest.json"}
+        m["manifest.json"] = json.dumps(manifest).encode()
+    with zipfile.ZipFile(out, "w") as z:
+        for n, d in m.items():
+            z.writestr(n, d)
+    return out
+
+
+def load_error(path: Path) -> str:
+    with pytest.raises(GCError) as e:
+        compiler.load(path)
+    message = e.value.render()
+    assert message.startswith(f"error: cannot load {path}: ") and "\n" not in message.strip()
+    return message
+
+
+def test_a_saved_model_loads_and_matches(saved: Path, tmp_path: Path) -> None:
+    module = parse_file(CNN)
+    inputs = random_inputs(module["main"], 0, module)
+    want = compiler.run(module, inputs)[0]
+    loaded = compiler.load(saved)
+    np.testing.assert_allclose(loaded(x=inputs["x"])[0], want, rtol=1e-4, atol=1e-5)
+    loaded.save(tmp_path / "again.gcpkg")  # a loaded model saves as it came
+    assert members(tmp_path / "again.gcpkg") == members(saved)
+    names = set(members(saved))
+    assert names == {"manifest.json", "plan.json", "lib.so", "consts.npz", "source.gir"}
+    manifest = json.loads(members(saved)["manifest.json"])
+    assert manifest["format"] == artifact.FORMAT and set(manifest["sha256"]) == names - {"manifest.json"}
+    plan = json.loads(members(saved)["plan.json"])
+    assert "avx2" in plan["cpu_features"] or "sse2" in plan["cpu_features"]
+
+
+@pytest.mark.parametrize("member", ["plan.json", "lib.so", "consts.npz", "source.gir"])
+def test_a_flipped_byte_in_any_member_is_caught_by_its_hash(saved: Path, tmp_path: Path, member: str) -> None:
+    def flip(m):
+        data = bytearray(m[member])
+        data[len(data) // 2] ^= 0x40
+        m[member] = bytes(data)
+
+    bad = rewrite(saved, tmp_path / "bad.gcpkg", flip, rehash=False)
+    assert f"{member} is damaged or was changed after it was saved" in load_error(bad)
+
+
+@pytest.mark.parametrize("cut", [0, 10, 100, 1000, -1000, -10])
+def test_a_truncated_file_is_a_diagnostic(saved: Path, tmp_path: Path, cut: int) -> None:
+    data = saved.read_bytes()
+    bad = tmp_path / "cut.gcpkg"
+    bad.write_bytes(data[:cut] if cut >= 0 else data[:cut])
+    load_error(bad)
+
+
+@pytest.mark.parametrize("what", ["missing plan.json", "extra member", "no manifest", "garbage manifest",
+                                  "old format", "bad plan JSON", "plan not an object"])
+def test_a_malformed_archive_is_a_diagnostic(saved: Path, tmp_path: Path, what: str) -> None:
+    changes = {
+        "missing plan.json": lambda m: m.pop("plan.json"),
+        "extra member": lambda m: m.update({"evil.so": b"\x7fELF"}),
+        "no manifest": lambda m: m.pop("manifest.json"),
+        "garbage manifest": lambda m: m.update({"manifest.json": b"\xff\xfe{{{"}),
+        "old format": lambda m: m.update({"manifest.json": m["manifest.json"].replace(b"gcpkg-2", b"gcpkg-1")}),
+        "bad plan JSON": lambda m: m.update({"plan.json": b'{"target": '}),
+        "plan not an object": lambda m: m.update({"plan.json": b"[1, 2]"}),
+    }
+    rehash = what not in ("garbage manifest", "old format", "no manifest", "extra member")
+    message = load_error(rewrite(saved, tmp_path / "bad.gcpkg", changes[what], rehash=rehash))
+    expected = {"missing plan.json": "manifest.json lists", "extra member": "differ from its manifest's: evil.so",
+                "no manifest": "no manifest.json", "garbage manifest": "manifest.json is not valid JSON",
+                "old format": "format 'gcpkg-1'", "bad plan JSON": "plan.json is not valid JSON",
+                "plan not an object": "plan.json is malformed: not a JSON object"}[what]
+    assert expected in message
+
+
+def _plan_change(fn):
+    def change(m):
+        plan = json.loads(m["plan.json"])
+        fn(plan)
+        m["plan.json"] = json.dumps(plan).encode()
+    return change
+
+
+def _first(plan, kind):
+    return next(b for b in plan["buffers"] if b["kind"] == kind)
+
+
+TAMPERED = {
+    # What would make a kernel write outside its buffer, or index a list out of range: caught, rehashed or not.
+    "view past its arena": (lambda p: _first(p, "view").update(offset=_first(p, "arena")["size"]),
+                            "lie outside its arena"),
+    "negative offset": (lambda p: _first(p, "view").update(offset=-64), "lie outside its arena"),
+    "shrunk arena": (lambda p: _first(p, "arena").update(size=16), "lie outside its arena"),
+    "kernel buffer out of range": (lambda p: next(c for c in p["calls"] if "kernel" in c)["buffers"].append(10**6),
+                                   "kernel buffers"),
+    "result out of range": (lambda p: p["results"].append(-1), "results"),
+    "argument retyped": (lambda p: _first(p, "arg").update(shape=[1]), "not argument 0's type"),
+    "constant reshaped": (lambda p: _first(p, "const").update(shape=[3, 3]), "constant 'c"),
+    "unknown kernel": (lambda p: next(c for c in p["calls"] if "kernel" in c).update(kernel="system"),
+                       "kernel 'system', which lib.so does not define"),
+    "unknown buffer kind": (lambda p: p["buffers"][0].update(kind="mmap"), "buffer #0"),
+    "bad dtype": (lambda p: p["buffers"][0].update(dtype="object"), "buffer #0"),
+    "target kind": (lambda p: p["target"].update(kind="vulkan"), "unknown target kind"),
+}
+
+
+@pytest.mark.parametrize("what", list(TAMPERED))
+def test_a_tampered_plan_is_refused_even_with_matching_hashes(saved: Path, tmp_path: Path, what: str) -> None:
+    fn, expected = TAMPERED[what]
+    assert expected in load_error(rewrite(saved, tmp_path / "t.gcpkg", _plan_change(fn)))
+
+
+def test_code_for_a_cpu_with_instructions_this_one_lacks_is_refused_by_name(saved: Path, tmp_path: Path) -> None:
+    from compiler.codegen.target import host_features
+
+    lacking = sorted(f for f, has in host_features().items() if not has)
+    if not lacking:
+        pytest.skip("this CPU has every feature LLVM knows")
+    bad = rewrite(saved, tmp_path / "other.gcpkg", _plan_change(lambda p: p["cpu_features"].append(lacking[0])))
+    message = load_error(bad)
+    assert f"uses instructions this CPU lacks: {lacking[0]}; compile it again on this machine" in message
+
+
+def test_the_cli_says_one_line_and_exits_1(saved: Path, tmp_path: Path) -> None:
+    bad = rewrite(saved, tmp_path / "t.gcpkg", _plan_change(TAMPERED["view past its arena"][0]))
+    r = gc("run", str(bad), "--random-inputs", "0")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert r.stderr.count("error:") == 1 and "lie outside its arena" in r.stderr
+
+
+def test_saving_over_a_good_artifact_that_fails_leaves_it_whole(saved: Path, tmp_path: Path, monkeypatch) -> None:
+    """A write that fails midway (a full disk) leaves the earlier file as it was, and no temporary file."""
+    import os
+
+    target = tmp_path / "keep.gcpkg"
+    target.write_bytes(saved.read_bytes())
+    model = compiler.load(target)
+
+    def full_disk(fd):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", full_disk)
+    with pytest.raises(GCError, match=f"cannot write {target}: No space left on device"):
+        model.save(target)
+    assert target.read_bytes() == saved.read_bytes()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.gcpkg"]

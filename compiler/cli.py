@@ -7,6 +7,7 @@ Exit codes: 0 success, 1 a problem with the user's input (diagnostics on stderr)
 from __future__ import annotations
 
 import argparse
+import errno
 import math
 import sys
 import traceback
@@ -27,7 +28,22 @@ examples:
 """
 
 
+_interrupted: list[bool] = []
+
+
+def _on_sigint(signum, frame) -> None:
+    """Ctrl-C: Python's KeyboardInterrupt, remembered. Raised inside a callback TVM runs from C++ it
+    comes back as another exception (a bare RuntimeError), which is then still an interrupt, not a bug."""
+    _interrupted.append(True)
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _on_sigint)
     parser = _parser()
     args = parser.parse_args(argv)
     if not getattr(args, "cmd", None):
@@ -47,18 +63,42 @@ def main(argv: list[str] | None = None) -> int:
               "memory", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
+        print("gc: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
+    except OSError as e:
+        if e.errno not in (errno.ENOSPC, errno.EIO, errno.EDQUOT) or e.filename is not None:
+            return _internal_error()
+        # Standard output on a full disk (`gc opt x.gir > /dev/full`): gc's own files go through
+        # write_atomic, which names them.
+        print(f"gc: error: cannot write standard output: {e.strerror}", file=sys.stderr)
+        _discard_stdout()
+        return 1
     except Exception:
-        print("gc: internal compiler error (a bug in gc, not in your input):", file=sys.stderr)
-        traceback.print_exc()
-        print(
-            "Please report it with the command line and the input file: "
-            "`gc opt FILE --print-debuginfo` helps us find the op.",
-            file=sys.stderr,
-        )
-        return 3
+        if _interrupted:
+            print("gc: interrupted", file=sys.stderr)
+            return 130
+        return _internal_error()
+
+
+def _internal_error() -> int:
+    print("gc: internal compiler error (a bug in gc, not in your input):", file=sys.stderr)
+    traceback.print_exc()
+    print("Please report it with the command line and the input file: "
+          "`gc opt FILE --print-debuginfo` helps us find the op.", file=sys.stderr)
+    return 3
+
+
+def _discard_stdout() -> None:
+    """What is left in stdout's buffer goes nowhere, so that Python's flush at exit does not fail again."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):
+        pass
 
 
 REQUIRED_STATS = ("arena_bytes", "naive_bytes", "lower_bound_bytes", "num_kernels", "compile_seconds")
@@ -362,12 +402,11 @@ class UsageError(Exception):
 
 
 def _read(path: str) -> tuple[str, str]:
+    from compiler.parser import read_text
+
     if path == "-":
-        return sys.stdin.read(), "<stdin>"
-    try:
-        return Path(path).read_text(encoding="utf-8"), path
-    except (OSError, UnicodeDecodeError) as e:
-        raise GCError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+        return read_text("<stdin>", sys.stdin.buffer.read()), "<stdin>"
+    return read_text(path), path
 
 
 def _chunks(text: str, split: bool) -> list[tuple[str, int]]:

@@ -37,6 +37,18 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
     return restore_bf16(arrays)
 
 
+def castable(have: np.dtype, want: np.dtype) -> bool:
+    """Whether an input of dtype `have` may be cast to an argument's `want`: within a kind only (f64 to f32,
+    i64 to i32, u8 to i32), never across kinds (an int or bool array for a float argument is a mistake)."""
+    return _kind(np.dtype(have)) == _kind(np.dtype(want))
+
+
+def _kind(dt: np.dtype) -> str:
+    if dt.kind == "f" or dt == DType.bf16.np:
+        return "float"
+    return "int" if dt.kind in "iu" else dt.kind
+
+
 def narrowed(name: str, x: np.ndarray, want: np.dtype, loc=None) -> np.ndarray:
     """Integer input `x` cast to the narrower integer dtype `want`; a value that does not fit is an error
     (NumPy would wrap it around: 2**40 as i32 is 0)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 import numpy as np
 
 from compiler.diagnostics import GCError
-from compiler.inputs import narrowed
+from compiler.inputs import castable, narrowed
 from compiler.ir import Func, Module, Value
 
 
@@ -52,7 +52,7 @@ def bind_inputs(f: Func, inputs: dict[str, np.ndarray] | list[np.ndarray]) -> li
             raise GCError(f"input '{a.name}' has shape {list(x.shape)} but %{a.name} is {a.type}", a.loc)
         want = a.type.dtype.np
         if x.dtype != want:
-            if not np.can_cast(x.dtype, want, casting="same_kind"):
+            if not castable(x.dtype, want):
                 raise GCError(f"input '{a.name}' has dtype {x.dtype} but %{a.name} is {a.type}", a.loc)
             x = narrowed(a.name, x, want, a.loc)
         out.append(x)

@@ -19,6 +19,7 @@ from compiler.diagnostics import Diagnostic, DiagnosticCollector, GCError, Locat
 from compiler.ir import DType, Dense, Func, Module, Op, SymbolRef, TensorType, Value, lookup_op, OP_REGISTRY
 
 _DTYPES = {d.value: d for d in DType}
+MAX_RANK = 64  # NumPy's most dimensions (numpy 2); the reference interpreter is NumPy
 MAX_BYTES = 2**63 - 1  # what NumPy can index
 _INT64 = (-(2**63), 2**63 - 1)
 
@@ -59,16 +60,36 @@ def _lark() -> lark.Lark:
 
 def parse_file(path: str | Path) -> Module:
     """Parse a .gir file; a user mistake raises GCError with every diagnostic."""
-    p = Path(path)
+    return parse(read_text(path), str(path))
+
+
+def read_text(path: str | Path, data: bytes | None = None) -> str:
+    """A .gir file's text (`data`, or read from `path`): UTF-8, a leading byte-order mark dropped. A byte
+    that is no UTF-8 is a diagnostic at its line and column."""
+    if data is None:
+        try:
+            data = Path(path).read_bytes()
+        except OSError as e:
+            raise GCError(f"cannot read {path}: {e.strerror or e}") from None
+    return decode(data, str(path))
+
+
+def decode(data: bytes, name: str) -> str:
     try:
-        text = p.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise GCError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
-    return parse(text, str(path))
+        return data.decode("utf-8-sig")  # -sig: Windows editors begin UTF-8 with a byte-order mark
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        start = data.rfind(b"\n", 0, e.start) + 1
+        col = len(data[start : e.start].decode("utf-8", "replace")) + 1
+        text = data.decode("utf-8", "replace")
+        bad = data[e.start : e.end].hex(" ")
+        raise GCError(f"invalid UTF-8 (byte {bad}): a .gir file is UTF-8 text",
+                      Location(name, line, col, Source(name, text))) from None
 
 
 def parse(text: str, filename: str = "<input>", *, verify: bool = True, line_offset: int = 0) -> Module:
     """Parse GIR text into a verified module."""
+    text = text.removeprefix("\ufeff")  # a byte-order mark read as text
     source = Source(filename, ("\n" * line_offset) + text if line_offset else text)
     try:
         tree = _lark().parse(source.text)
@@ -160,6 +181,10 @@ class _Builder:
         parts = inner.split("x") if inner else [""]
         *dims, dt = parts
         col = tok.column + len("tensor<")
+        if len(dims) > MAX_RANK:
+            loc = Location(self.source.name, tok.line, col, self.source)
+            self.diag.error(f"a tensor of rank {len(dims)}: gc supports ranks up to {MAX_RANK} (NumPy's limit)", loc)
+            return None
         shape = []
         for d in dims:
             if not d.isdigit():
@@ -313,7 +338,7 @@ class _Builder:
             return None, locs  # already reported; checking the rest would only repeat it
         return attrs, locs
 
-    def attr_value(self, t):
+    def attr_value(self, t, depth: int = 0):
         if isinstance(t, lark.Token):
             return self.scalar_token(t, allow_dtype=True)
         if t.data == "number":
@@ -325,10 +350,18 @@ class _Builder:
         if t.data == "symbol":
             return SymbolRef(t.children[0].value[1:])
         if t.data == "list":
-            return tuple(self.attr_value(c) for c in t.children)
+            self.check_nesting(t, depth)
+            return tuple(self.attr_value(c, depth + 1) for c in t.children)
         if t.data == "dense":
             return self.dense(t)
         raise AssertionError(t.data)
+
+    def check_nesting(self, t, depth: int) -> None:
+        """Lists nest at most MAX_RANK deep (a dense literal as deep as its rank): deeper input would
+        only exhaust the parser's stack."""
+        if depth >= MAX_RANK:
+            raise GCError(f"lists nest more than {MAX_RANK} deep", Location(self.source.name, t.meta.line,
+                                                                            t.meta.column, self.source))
 
     def number(self, tok):
         s = tok.value
@@ -389,9 +422,10 @@ class _Builder:
             raise GCError(f"dense constant {ty} ({ty.nbytes:,} bytes) does not fit in memory", loc) from None
         return Dense.of(values, ty.dtype)
 
-    def dense_literal(self, t):
+    def dense_literal(self, t, depth: int = 0):
         if isinstance(t, lark.Tree) and t.data == "list":
-            return [self.dense_literal(c) for c in t.children]
+            self.check_nesting(t, depth)
+            return [self.dense_literal(c, depth + 1) for c in t.children]
         tok = t.children[0] if isinstance(t, lark.Tree) else t
         v = self.scalar_token(tok, allow_dtype=False)
         return v

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.diagnostics import GCError
-from compiler.inputs import save_npz
+from compiler.inputs import castable, save_npz
 from compiler.ir import Func, Module, Value
 from compiler.passes.autodiff import inline_calls
 from compiler.passes.make_train_step import build_train_step, trained_args
@@ -139,7 +139,7 @@ def load_params(path: str, f: Func, params: list[str]) -> dict[str, np.ndarray]:
         if name not in params:
             raise GCError(f"{path}: %{name} is data, not a trained weight (trained: {_names(params)})")
         t = types[name]
-        if tuple(x.shape) != t.shape or not np.can_cast(x.dtype, t.dtype.np, "same_kind"):
+        if tuple(x.shape) != t.shape or not castable(x.dtype, t.dtype.np):
             raise GCError(f"{path}: %{name} is {list(x.shape)} {x.dtype}, @{f.name} takes {t}")
         if x.dtype.kind == "f" and not np.isfinite(x).all():
             raise GCError(f"{path}: %{name} holds NaN or infinity: training cannot start from it")

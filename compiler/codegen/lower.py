@@ -125,7 +125,10 @@ def lower_kernel(k: Kernel, func: Func | None = None):
         pads = k.out_pads[j] if j < len(k.out_pads) else None
         if pads is not None:
             strides[first_out + j] = padded_strides(v.type.shape, pads)
-    prim = te.create_prim_func([*placeholders, *[t for _, t in consts], *outs])
+    # Indices are int32 unless a tensor of the kernel has 2^31 elements or more (a flat index would wrap).
+    large = any(v.type.size >= 2**31 - 1 for op in k.ops for v in (*op.operands, *op.results))
+    prim = te.create_prim_func([*placeholders, *[t for _, t in consts], *outs],
+                               index_dtype_override="int64" if large else None)
     if strides:
         prim = declare_strides(prim, strides)
     k.prim_func = prim.with_attr("global_symbol", k.name)

@@ -7,13 +7,14 @@ buffers were allocated at load time, and only the returned arrays are new.
 from __future__ import annotations
 
 import ctypes
+import math
 import operator
 from pathlib import Path
 
 import numpy as np
 
 from compiler.diagnostics import GCError
-from compiler.inputs import narrowed
+from compiler.inputs import castable, narrowed
 from compiler.ir import DType
 from dialects.mem import padded_shape, padded_strides
 
@@ -58,14 +59,30 @@ class CompiledModel:
         on_gpu = target["kind"] == "cuda"
         self._always_stage = [on_gpu or dt == _BF16 or 0 in shape for shape, dt in self.arg_types]
         self._results = plan["results"]
-        # Idle workspaces; list.pop and list.append are atomic, so taking one needs no lock.
-        self._idle: list[_Workspace] = [] if self.unavailable else [_Workspace(self)]
+        # Idle workspaces; list.pop and list.append are atomic, so taking one needs no lock. The first is
+        # made by the first call: compiling or saving a model allocates no arena.
+        self._idle: list[_Workspace] = []
 
     def _take(self) -> _Workspace:
         try:
             return self._idle.pop()
-        except IndexError:  # every workspace is in a call on another thread
+        except IndexError:  # the first call, or every workspace is in a call on another thread
+            pass
+        try:
             return _Workspace(self)
+        except Exception as e:  # noqa: BLE001 (TVM reports a failed allocation as its own error)
+            if not isinstance(e, MemoryError) and "alloc" not in str(e).lower():
+                raise
+            raise GCError(f"cannot allocate the {self.workspace_bytes():,} bytes a call of this model needs on "
+                          f"{self.device}: {' '.join(str(e).split())[:200] or 'out of memory'}") from None
+
+    def workspace_bytes(self) -> int:
+        """Device memory a call in flight takes: arenas, buffers of their own, zero-bordered copies, staging."""
+        total = 0
+        for b in self.plan["buffers"]:
+            n = math.prod(b["shape"]) * DType(b["dtype"]).itemsize
+            total += {"arena": b.get("size", 0), "temp": n, "whole": n}.get(b["kind"], 0)
+        return total + sum(math.prod(shape) * dt.itemsize for shape, dt in self.arg_types)
 
     def _step(self, c: dict, st: _CudaStreams | None):
         """A call of the plan as (function, buffer slots): a kernel, or a copy. Stream events order kernels
@@ -185,7 +202,7 @@ class CompiledModel:
             if x.shape != shape:
                 raise GCError(f"input '{name}' has shape {list(x.shape)}, expected {list(shape)}")
             if x.dtype != dtype:
-                if not np.can_cast(x.dtype, dtype, casting="same_kind"):
+                if not castable(x.dtype, dtype):
                     raise GCError(f"input '{name}' has dtype {x.dtype}, expected {dtype}")
                 x = narrowed(name, x, dtype)
             out.append(np.ascontiguousarray(x).reshape(shape))  # ascontiguousarray makes rank 0 rank 1

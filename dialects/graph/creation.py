@@ -73,6 +73,12 @@ class Call(Op, name="graph.call"):
         if cycle:
             path = " -> ".join("@" + g.name for g in cycle)
             raise self.error(f"recursive call: {path}; GIR has no control flow, so it would never end")
+        home = next((g for g in module if any(op is self for op in g.ops)), None)
+        if home is not None and not _callers(module, home):  # said once, at the top of the chain
+            depth = 1 + _call_depth(module, f)
+            if depth > MAX_CALL_DEPTH:
+                raise self.error(f"calls nest {depth} deep from @{home.name}; gc supports at most {MAX_CALL_DEPTH} "
+                                 "(inline some functions)")
 
     def lookup(self, module: Module) -> Func:
         name = self.callee.name
@@ -88,6 +94,33 @@ class Call(Op, name="graph.call"):
 
     def flops(self) -> int:
         return 0
+
+
+# Calls nest at most this deep: every stage walks them recursively (the interpreter, inlining), and a
+# chain of hundreds would exhaust Python's stack instead of saying so.
+MAX_CALL_DEPTH = 32
+
+
+def _callers(module: Module, f: Func) -> bool:
+    return any(isinstance(op, Call) and op.callee.name == f.name for g in module for op in g.ops)
+
+
+def _call_depth(module: Module, f: Func) -> int:
+    """The longest chain of calls below `f` (0 for a function that calls none), without recursion."""
+    depth: dict[str, int] = {}
+    stack = [(f, False)]
+    while stack:
+        g, done = stack.pop()
+        callees = [module[op.callee.name] for op in g.ops if isinstance(op, Call) and op.callee.name in module]
+        if done:
+            depth[g.name] = 1 + max((depth.get(c.name, 0) for c in callees), default=-1)
+            continue
+        if g.name in depth:
+            continue
+        depth[g.name] = 0  # a cycle (reported elsewhere) ends here
+        stack.append((g, True))
+        stack.extend((c, False) for c in callees if c.name not in depth)
+    return depth[f.name]
 
 
 def _call_cycle(module: Module, start: Func, call: Call) -> list[Func] | None:

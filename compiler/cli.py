@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from compiler.diagnostics import GCError, Location
-from compiler.files import write_atomic
+from compiler.files import check_writable, write_atomic
 
 EXAMPLES = """\
 examples:
@@ -429,6 +429,8 @@ def cmd_opt(args) -> int:
     from compiler.pipeline import Instrumentation, PipelineFailure, parse_pipeline, run_pipeline
     from compiler.printer import print_module
 
+    if args.output:
+        check_writable(args.output)  # before the passes run
     passes_text = _pipeline_text(args)
     if args.list_passes:
         print(list_passes())
@@ -548,6 +550,8 @@ def cmd_run(args) -> int:
 
     if args.in_call and args.profile is None:
         raise UsageError("--in-call says how --profile times the kernels: give --profile too")
+    if args.outputs:
+        check_writable(args.outputs)  # before the run
     if _is_artifact(args.file):
         return _run_artifact(args)
     text, name = _read(args.file)
@@ -648,6 +652,10 @@ def cmd_compile(args) -> int:
 
     t0 = time.perf_counter()
     text, name = _read(args.file)
+    if not args.emit:  # the paths it will write, before the compile that takes seconds
+        check_writable(args.output or _default_artifact(name))
+        if args.stats:
+            check_writable(args.stats)
     module = parse(text, name)
     source = print_module(module)
     if args.entry not in module:
@@ -665,7 +673,7 @@ def cmd_compile(args) -> int:
     if args.emit:
         sys.stdout.write(_emit(model, args.emit))
         return 0
-    out = args.output or (Path(name).stem if name != "<stdin>" else "stdin") + ".gcpkg"
+    out = args.output or _default_artifact(name)
     model.source = source
     model.save(out)
     if args.stats:
@@ -675,6 +683,10 @@ def cmd_compile(args) -> int:
         write_atomic(args.stats, json.dumps(stats, indent=2) + "\n")
     print(f"gc: wrote {out} ({model.num_kernels} kernels, {args.target}, {seconds:.2f} s)", file=sys.stderr)
     return 0
+
+
+def _default_artifact(name: str) -> str:
+    return (Path(name).stem if name != "<stdin>" else "stdin") + ".gcpkg"
 
 
 def _emit(model, what: str) -> str:

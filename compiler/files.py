@@ -20,7 +20,7 @@ from compiler.diagnostics import GCError
 def write_atomic(path: str | Path, data: str | bytes | Callable[[BinaryIO], None]) -> None:
     """Write `data` (text as UTF-8, bytes, or a function writing into a binary file) at `path`, atomically."""
     path = Path(path)
-    check_output(path)
+    check_writable(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -40,7 +40,7 @@ def write_atomic(path: str | Path, data: str | bytes | Callable[[BinaryIO], None
         raise
 
 
-def check_output(path: str | Path) -> None:
+def check_writable(path: str | Path) -> None:
     """That `path` can be written: its folder exists and is writable, and it is not a folder itself."""
     path = Path(path)
     parent = path.parent if str(path.parent) else Path(".")

@@ -13,7 +13,7 @@ import numpy as np
 
 from compiler.builder import bind_arguments
 from compiler.diagnostics import GCError
-from compiler.files import write_atomic
+from compiler.files import check_writable, write_atomic
 from compiler.ir import Func, Module, Value
 from compiler.passes.prune_weights import PruneWeights
 from compiler.verifier import verify_module
@@ -115,6 +115,10 @@ def cmd_prune(args) -> int:
     from compiler.inputs import load_npz, save_npz
     from compiler.parser import parse_file
     from compiler.printer import print_module
+
+    for path in (args.output, args.params_out):
+        if path:
+            check_writable(path)
 
     module = parse_file(args.file)
     params = load_npz(args.params) if args.params else {}

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from compiler.diagnostics import GCError
+from compiler.files import check_writable
 from compiler.inputs import castable, save_npz
 from compiler.ir import Func, Module, Value
 from compiler.passes.autodiff import inline_calls
@@ -358,6 +359,8 @@ def cmd_train(args) -> int:
         raise GCError(f"--steps must be at least 1, got {args.steps}")
     if args.examples is not None and args.examples < 1:
         raise GCError(f"--examples must be at least 1, got {args.examples}")
+    out = args.output or Path(args.file).stem + ".trained.npz"
+    check_writable(out)  # before training
     module = parse_file(args.file)
     params = [n.strip() for n in args.train.split(",") if n.strip()] if args.train else None
     task = prepare(module, args.entry, args.lr, params, args.batch_size)
@@ -383,7 +386,6 @@ def cmd_train(args) -> int:
     finally:
         progress.close()
     seconds = time.perf_counter() - t0
-    out = args.output or Path(args.file).stem + ".trained.npz"
     save_npz(out, trained)
     print(f"first loss {losses[0]:.6g}")
     print(

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+
+import compiler
 from conftest import ROOT
 
 MLP = """func @main(%x: tensor<2x3xf32>, %w: tensor<3x2xf32>, %b: tensor<2xf32>) -> tensor<2x2xf32> {
@@ -285,3 +287,77 @@ def test_npz_outputs_go_to_exactly_the_path_given(mlp: Path, tmp_path: Path) -> 
     assert np.load(out)["result0"].shape == (2, 2)
     r = gc("run", str(mlp), "--random-inputs", "0", "--outputs", str(tmp_path))
     assert r.returncode == 1 and f"cannot write {tmp_path}: Is a directory" in r.stderr
+
+
+# --- the process's edges: Ctrl-C, a full disk, memory that is not there --------------------------------
+
+
+def test_ctrl_c_during_a_compile_exits_130_without_a_traceback(tmp_path: Path) -> None:
+    import signal
+    import time
+
+    for delay in (0.4, 1.0, 1.6):
+        p = subprocess.Popen([sys.executable, "-m", "compiler", "compile", str(ROOT / "examples" / "cnn.gir"), "-o",
+                              str(tmp_path / "c.gcpkg")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             cwd=ROOT)
+        time.sleep(delay)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=120)
+        assert p.returncode in (0, 130, -signal.SIGINT) and "Traceback" not in err, err  # 0: it had finished
+
+
+def test_an_interrupt_tvm_hands_back_as_another_exception_is_still_an_interrupt(monkeypatch, capsys) -> None:
+    from compiler import cli
+
+    def interrupted(args):
+        try:
+            cli._on_sigint(2, None)
+        except KeyboardInterrupt:
+            raise RuntimeError from None  # what TVM's FFI makes of it, raised in a Python callback
+
+    monkeypatch.setattr(cli, "_interrupted", [])
+    monkeypatch.setattr(cli, "cmd_opt", interrupted)  # the parser built by main() dispatches to it
+    assert cli.main(["opt", str(ROOT / "examples" / "mlp.gir")]) == 130
+    assert capsys.readouterr().err == "gc: interrupted\n"
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
+def test_standard_output_on_a_full_disk_is_a_diagnostic(mlp: Path) -> None:
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "compiler", "opt", str(mlp)], stdout=full, stderr=subprocess.PIPE,
+                           text=True, cwd=ROOT)
+    assert r.returncode == 1 and r.stderr == "gc: error: cannot write standard output: No space left on device\n"
+
+
+def test_output_paths_are_checked_before_the_compile(tmp_path: Path) -> None:
+    import time
+
+    for args in (("compile", "examples/cnn.gir", "-o", "/nonexistent/x.gcpkg"),
+                 ("compile", "examples/cnn.gir", "-o", str(tmp_path / "c.gcpkg"), "--stats", "/nonexistent/s.json"),
+                 ("train", "examples/train_mlp.gir", "-o", "/nonexistent/t.npz")):
+        t = time.perf_counter()
+        r = gc(*args)
+        assert r.returncode == 1 and "cannot write /nonexistent/" in r.stderr and "wrote" not in r.stderr
+        assert time.perf_counter() - t < 15
+    assert not (tmp_path / "c.gcpkg").exists()
+
+
+BIG = """func @main(%x: tensor<10xf32>) -> tensor<10xf32> {
+  %b = graph.broadcast_to(%x) {shape = [100000, 100000, 10]}
+  %e = graph.exp(%b)
+  %s = graph.reduce_sum(%e) {axes = [0, 1]}
+  return %s
+}
+"""
+
+
+def test_a_model_too_large_for_memory_compiles_and_says_so_when_called(tmp_path: Path) -> None:
+    """400 GB of intermediates: the kernels index in int64 (2^31 elements would wrap an int32), the artifact
+    is written (compiling allocates nothing), and a call is a diagnostic naming the bytes it needs."""
+    (tmp_path / "big.gir").write_text(BIG)
+    model = compiler.compile(str(tmp_path / "big.gir"), "llvm")
+    assert "int64" in model.scheduled.script()
+    model.save(tmp_path / "big.gcpkg")
+    r = gc("run", str(tmp_path / "big.gcpkg"), "--random-inputs", "0")
+    assert r.returncode == 1 and "Traceback" not in r.stderr
+    assert "error: cannot allocate the 400,000,000,080 bytes a call of this model needs on cpu" in r.stderr

@@ -188,3 +188,62 @@ def test_a_diagnostic_about_a_whole_file_names_the_file() -> None:
 def test_a_file_without_a_function_is_a_diagnostic(text: str) -> None:
     with pytest.raises(GCError, match=re.escape("empty.gir:1:1: error: no function in the file")):
         parse(text, "empty.gir")
+
+
+# --- input a hostile or careless file can hold: one diagnostic each, never a traceback ---------------
+
+RELU = "func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n  %y = graph.relu(%x)\n  return %y\n}\n"
+
+
+def test_a_byte_order_mark_is_dropped(tmp_path) -> None:
+    from compiler.parser import parse_file
+
+    (tmp_path / "bom.gir").write_bytes(b"\xef\xbb\xbf" + RELU.encode())
+    assert parse_file(tmp_path / "bom.gir")["main"].ops[0].name == "graph.relu"
+    assert parse("\ufeff" + RELU)["main"].ops[0].name == "graph.relu"
+
+
+def test_invalid_utf8_is_a_diagnostic_at_its_line_and_column(tmp_path) -> None:
+    from compiler.parser import parse_file
+
+    (tmp_path / "bad.gir").write_bytes(RELU.encode().replace(b"  return", b"  // caf\xc8\n  return"))
+    with pytest.raises(GCError) as e:
+        parse_file(tmp_path / "bad.gir")
+    assert e.value.render().startswith(f"{tmp_path / 'bad.gir'}:3:9: error: invalid UTF-8 (byte c8)")  # '  // caf'
+
+
+@pytest.mark.parametrize("where", ["attribute", "dense"])
+def test_lists_nested_past_64_are_a_diagnostic(where: str) -> None:
+    deep = "[" * 200 + "1" + "]" * 200
+    body = ("  %y = graph.relu(%x) {foo = " + deep + "}\n" if where == "attribute" else
+            "  %c = graph.constant {value = dense<" + deep + "> : tensor<2xf32>}\n  %y = graph.add(%x, %c)\n")
+    text = "func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n" + body + "  return %y\n}\n"
+    with pytest.raises(GCError, match="lists nest more than 64 deep"):
+        parse(text)
+
+
+def test_a_rank_past_64_is_a_diagnostic() -> None:
+    shape = "x".join(["1"] * 65)
+    with pytest.raises(GCError, match="a tensor of rank 65: gc supports ranks up to 64"):
+        parse(f"func @main(%x: tensor<{shape}xf32>) -> tensor<{shape}xf32> {{\n  return %x\n}}\n")
+
+
+def call_chain(calls: int) -> str:
+    """@main calling @f1 calling ... @f<calls>, which returns relu."""
+    funcs = []
+    for i in range(calls + 1):
+        name = "main" if i == 0 else f"f{i}"
+        body = (f"  %y = graph.call(%x) {{callee = @f{i + 1}}} : tensor<2xf32>" if i < calls else "  %y = graph.relu(%x)")
+        funcs.append(f"func @{name}(%x: tensor<2xf32>) -> tensor<2xf32> {{\n{body}\n  return %y\n}}\n")
+    return "".join(funcs)
+
+
+def test_calls_nest_at_most_32_deep() -> None:
+    from compiler.interpreter import run
+
+    x = np.array([-1, 2], np.float32)
+    np.testing.assert_array_equal(run(parse(call_chain(32)), [x])[0], [0, 2])
+    with pytest.raises(GCError) as e:
+        parse(call_chain(500))
+    assert len(e.value.diagnostics) == 1  # said once, at the top of the chain
+    assert "2:8: error: graph.call: calls nest 500 deep from @main; gc supports at most 32" in e.value.render()

@@ -40,9 +40,9 @@ def save(model, path: str | Path) -> None:
 
     from compiler import __version__
     from compiler.codegen.target import target_features
-    from compiler.files import check_output, write_atomic
+    from compiler.files import check_writable, write_atomic
 
-    check_output(path)
+    check_writable(path)
     head: dict = {"target": model.target}
     if model.target["kind"] == "llvm":
         head["cpu_features"] = target_features(model.target)

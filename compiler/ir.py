@@ -389,7 +389,9 @@ class Op:
             spec = cls.attr_specs.get(key)
             if spec is None:
                 known = ", ".join(cls.attr_specs) or "none"
-                raise GCError(f"{cls.name}: unknown attribute '{key}' (known: {known})", locs.get(key, loc))
+                near = _near_attribute(key, list(cls.attr_specs))
+                hint = f"; did you mean '{near}'?" if near else ""
+                raise GCError(f"{cls.name}: unknown attribute '{key}'{hint} (known: {known})", locs.get(key, loc))
             try:
                 out[key] = spec.coerce(value)
             except TypeError as e:
@@ -600,3 +602,15 @@ def lookup_op(name: str) -> type[Op] | None:
     import dialects  # noqa: F401  (registers every dialect's ops)
 
     return OP_REGISTRY.get(name)
+
+
+def _near_attribute(key: str, known: list[str]) -> str | None:
+    """The known attribute `key` most likely means: a close spelling, or one it begins or ends like
+    (ONNX's `pads` and `kernel_shape` for GIR's `padding` and `kernel`)."""
+    import difflib
+
+    close = difflib.get_close_matches(key, known, 1, cutoff=0.5)
+    if close:
+        return close[0]
+    stem = key.split("_")[0]
+    return next((k for k in known if k.startswith(stem[:3]) or stem.startswith(k)), None)

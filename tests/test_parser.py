@@ -247,3 +247,16 @@ def test_calls_nest_at_most_32_deep() -> None:
         parse(call_chain(500))
     assert len(e.value.diagnostics) == 1  # said once, at the top of the chain
     assert "2:8: error: graph.call: calls nest 500 deep from @main; gc supports at most 32" in e.value.render()
+
+
+@pytest.mark.parametrize("op, attr, meant", [
+    ("graph.conv2d(%x, %w) {pads = [1, 1, 1, 1]}", "pads", "padding"),  # ONNX's names
+    ("graph.max_pool2d(%x) {kernel_shape = [2, 2]}", "kernel_shape", "kernel"),
+    ("graph.conv2d(%x, %w) {group = 1}", "group", "groups"),
+    ("graph.reduce_sum(%x) {axis = [1]}", "axis", "axes"),
+])
+def test_an_unknown_attribute_gets_a_did_you_mean(op: str, attr: str, meant: str) -> None:
+    text = ("func @main(%x: tensor<1x1x4x4xf32>, %w: tensor<1x1x3x3xf32>) -> tensor<1xf32> {\n"
+            f"  %y = {op}\n  return %y\n}}\n")
+    with pytest.raises(GCError, match=f"unknown attribute '{attr}'; did you mean '{meant}'"):
+        parse(text)

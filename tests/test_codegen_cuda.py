@@ -386,3 +386,18 @@ def test_a_plan_with_bordered_conv_inputs_runs_on_the_gpu() -> None:
     model = compiler.compile(module, "cuda", pipeline=BORDERED, arch=None)
     for _ in range(2):  # the borders are still zero at the second call
         assert_matches_interpreter(module, model, rtol=1e-3, atol=1e-4)
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", ["mlp", "inception"])
+def test_threads_calling_one_cuda_model_get_their_own_results(name: str) -> None:
+    """A workspace per call in flight on the GPU too: buffers, staging and (inception) the streams and events."""
+    from test_runtime import hammer
+
+    module = parse_file(ROOT / "examples" / f"{name}.gir")
+    model = build_or_skip(module, arch=None)
+    sets = [random_inputs(module["main"], seed, module) for seed in range(4)]
+    want = [model(**x)[0] for x in sets]
+    for x, w in zip(sets, want):
+        np.testing.assert_allclose(w, compiler.run(module, x)[0], rtol=1e-3, atol=1e-4)
+    assert hammer(model, sets, want, calls=20) == []

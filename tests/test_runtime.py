@@ -1,7 +1,10 @@
-"""The compiled model under concurrent calls: every thread gets its own right answer."""
+"""The compiled model under concurrent calls: every thread gets its own right answer.
+
+GC_STRESS_CALLS=2000 pytest tests/test_runtime.py makes each thread call that many times (default 25)."""
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 
@@ -14,6 +17,7 @@ from compiler.parser import parse_file
 from conftest import ROOT
 
 THREADS = 4
+CALLS = int(os.environ.get("GC_STRESS_CALLS", "25"))
 
 
 def hammer(model, sets: list[dict], want: list[np.ndarray], calls: int, threads: int = THREADS) -> list[str]:
@@ -45,7 +49,7 @@ def test_threads_calling_one_model_get_their_own_results(name: str) -> None:
     sets = [random_inputs(module["main"], seed, module) for seed in range(6)]
     want = [model(**x)[0] for x in sets]  # one thread: the reference, itself checked in test_compile
     assert all(not np.array_equal(want[0], w) for w in want[1:])  # a mix-up would show
-    assert hammer(model, sets, want, calls=25) == []
+    assert hammer(model, sets, want, calls=CALLS) == []
     assert 1 <= len(model._idle) <= THREADS  # a workspace per call in flight, kept for the next
 
 
@@ -86,4 +90,4 @@ def test_a_loaded_artifact_is_as_safe(tmp_path: Path) -> None:
     got = [model(**x)[0] for x in sets]
     for g, w in zip(got, want):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
-    assert hammer(model, sets, got, calls=20) == []
+    assert hammer(model, sets, got, calls=CALLS) == []

@@ -62,10 +62,11 @@ def median_seconds(fn, sync, budget: float = 1.0, min_reps: int = 5) -> float:
 
 def resident(model, inputs: dict[str, np.ndarray]):
     """The model's kernels run back to back on its own GPU buffers (inputs copied there once)."""
-    bufs = model._buffers_for(model._take(), model._bind((), inputs))
+    ws = model._take()  # held by run(): its arena views live as long as the workspace
+    bufs = model._buffers_for(ws, model._bind((), inputs))
     steps = [(fn, [bufs[j] for j in idx]) for fn, idx in model._plain_calls()]
 
-    def run() -> None:
+    def run(ws=ws) -> None:
         for fn, xs in steps:
             fn(*xs)
 

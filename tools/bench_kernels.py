@@ -98,12 +98,13 @@ def time_gc(case: dict, seconds: float) -> dict:
     args = inputs_of([tuple(a["shape"]) for a in model.plan["args"]])
     if case["np"] == "mlp":
         return {**timings(lambda: model(*args), seconds), "compile": compile_s}
-    bufs = list(model._idle[0].bufs)
+    ws = model._take()  # held by kernels(): the arena's views live as long as the workspace
+    bufs = list(ws.bufs)
     for slot, x in zip(model._arg_slots, args):
         bufs[slot] = tvm.runtime.tensor(x)
     calls = [(fn, [bufs[i] for i in idx]) for fn, idx in model._plain_calls()]
 
-    def kernels():
+    def kernels(ws=ws):
         for fn, a in calls:
             fn(*a)
 

@@ -5,7 +5,7 @@
 # graphviz unpacked from their wheels, without libtvm_compiler.so) and libtvm_compiler.so.xz, which the
 # device tool's 64 MiB limit cannot carry as a wheel. Logs go to $OUT (or ./gpu-out).
 #
-#   BUNDLE=.gpu OUT=/tmp/out bash tools/gpu_check.sh [tests,cli,bench,suite]
+#   BUNDLE=.gpu OUT=/tmp/out [BENCH_ONLY=nets] bash tools/gpu_check.sh [tests,cli,bench,suite]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}
@@ -40,8 +40,8 @@ print("add on the GPU:", m(np.ones(4, np.float32), np.full(4, 2, np.float32))[0]
 EOF
 
 if [[ $STEPS == *tests* ]]; then
-  log tests/test_codegen_cuda.py
-  python3 -m pytest tests/test_codegen_cuda.py -q -n 8 -p no:cacheprovider -rfEs --no-header 2>&1 |
+  log tests/test_codegen_cuda.py and the cuda cases of tests/test_nan.py
+  python3 -m pytest tests/test_codegen_cuda.py tests/test_nan.py -q -n 8 -p no:cacheprovider -rfEs --no-header 2>&1 |
     tee "$OUT/test_codegen_cuda.log" | tail -40
 fi
 
@@ -91,7 +91,7 @@ fi
 
 if [[ $STEPS == *bench* ]]; then
   log tools/bench_cuda.py
-  timeout 300 python3 tools/bench_cuda.py --json "$OUT/bench_cuda.json" 2>&1 | tee "$OUT/bench_cuda.log" | grep -v '^{' | tail -40
+  timeout 300 python3 tools/bench_cuda.py --only "${BENCH_ONLY:-matmul,nets,resnet}" --json "$OUT/bench_cuda.json" 2>&1 | tee "$OUT/bench_cuda.log" | grep -v '^{' | tail -40
 fi
 
 if [[ $STEPS == *suite* ]]; then

@@ -302,7 +302,7 @@ def _parser() -> argparse.ArgumentParser:
                         epilog="examples:\n  gc import model.onnx -o model.gir\n"
                         "  gc import bert.onnx --input-shape input_ids=1x128 -o bert.gir\n"
                         "  gc compile model.gir --params model.npz -o model.gcpkg")
-    im.add_argument("file", help="the .onnx model")
+    im.add_argument("file", help="the .onnx model (- reads it from standard input)")
     im.add_argument("-o", "--output", metavar="OUT.gir",
                     help="where to write the module (default: MODEL.gir here); the weights go to OUT.npz")
     im.add_argument("--input-shape", metavar="NAME=D1xD2x...", action="append", default=[],

@@ -4,11 +4,15 @@ written .gir; the diagnostics; the `gc import` command."""
 
 from __future__ import annotations
 
+import math
+import os
 import re
 import string
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper
@@ -18,6 +22,8 @@ import compiler
 from compiler.cli import main
 from compiler.diagnostics import GCError
 from compiler.importers.onnx import import_onnx
+from compiler.importers.onnx_ops import CONVERTERS
+from compiler.verifier import verify_module
 
 RNG = np.random.default_rng(0)
 F, I64, BOOL = TensorProto.FLOAT, TensorProto.INT64, TensorProto.BOOL
@@ -463,6 +469,20 @@ CASES = [
         X,
         inits={"zero": np.int64(0), "axes": ints(0), "minus1": ints(-1)},
     ),
+    # 0-d constants, as torch's TorchScript exporter writes them for Swin-T's window arithmetic: the result is
+    # known at import time and must stay an array, used as data and returned.
+    *(
+        case(
+            f"Mod-0d-{np.dtype(dt).name}-fmod{fmod}-{a}-{b}",
+            [node("Mod", ["a", "b"], ["m"], fmod=fmod), node("Add", ["x", "m"])],
+            {"x": np.arange(3).astype(dt)},
+            inits={"a": np.array(a, dt), "b": np.array(b, dt)},
+            outputs=("y", "m"),
+        )
+        for dt in (np.int64, np.float32)
+        for fmod in (0, 1)
+        for a, b in ((-7, 3), (7, -3))
+    ),
     case("Shape-start-end", [node("Shape", ["x"], ["s"], start=1, end=-1), node("Cast", ["s"], to=F)], X, opset=15),
     case("Size", [node("Size", ["x"], ["n"]), node("Cast", ["n"], to=F)], X),
     case(
@@ -694,6 +714,428 @@ def test_resize_other_than_nearest_is_an_error() -> None:
     assert "Resize (opset 17): mode 'linear' is not supported (only nearest)" in import_error(model)
 
 
+# --- untrusted models: malformed in ways protobuf lets through ---------------------------------------------
+
+
+def test_attribute_of_the_wrong_type_names_it_the_type_expected_and_found() -> None:
+    model = make_model([helper.make_node("MaxPool", ["x"], ["y"], name="mp", kernel_shape=2)], IMG, ["y"])
+    assert import_error(model) == (
+        "<model>: error: node 0 'mp': MaxPool (opset 17): attribute 'kernel_shape' must be INTS (a list of "
+        "integers), but is INT (one integer)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "inits", "message"),
+    [
+        ("LeakyRelu", {"alpha": "big"}, {}, "attribute 'alpha' must be FLOAT (one float), but is STRING (one string)"),
+        ("Cast", {"to": "FLOAT"}, {}, "attribute 'to' must be INT (one integer), but is STRING (one string)"),
+        ("Gemm", {"transB": 1.0}, {"w": rand(4, 3)}, "attribute 'transB' must be INT (one integer), but is FLOAT"),
+        ("Transpose", {"perm": [1.0, 0.0]}, {}, "attribute 'perm' must be INTS (a list of integers), but is FLOATS"),
+        ("Constant", {"value": 1.5}, {}, "attribute 'value' must be TENSOR (a tensor), but is FLOAT (one float)"),
+    ],
+    ids=["LeakyRelu-string-alpha", "Cast-string-to", "Gemm-float-transB", "Transpose-float-perm", "Constant-float"],
+)
+def test_every_attribute_read_is_checked_against_its_spec_type(op, attrs, inits, message) -> None:
+    ins = [] if op == "Constant" else ["x", *inits]
+    model = make_model([helper.make_node(op, ins, ["y"], name="n", **attrs)], {"x": rand(2, 4)}, ["y"], 17, inits)
+    msg = import_error(model)
+    assert msg.startswith(f"<model>: error: node 0 'n': {op} (opset 17): ") and message in msg
+
+
+def test_attribute_that_holds_another_type_than_it_declares_is_an_error() -> None:
+    model = make_model([helper.make_node("MaxPool", ["x"], ["y"], name="mp")], IMG, ["y"])
+    model.graph.node[0].attribute.append(onnx.AttributeProto(name="kernel_shape", type=onnx.AttributeProto.INTS, i=2))
+    assert import_error(model) == (
+        "<model>: error: node 0 'mp': MaxPool (opset 17): attribute 'kernel_shape' is declared INTS (a list of "
+        "integers), but holds INT (one integer)"
+    )
+
+
+def test_attribute_text_that_is_not_utf8_is_an_error() -> None:
+    model = make_model([node("Pad", ["x", "p"], mode=b"\xff")], X, ["y"], inits={"p": ints(0, 0, 0, 0, 0, 0)})
+    assert "Pad (opset 17): attribute 'mode' is not UTF-8 text" in import_error(model)
+
+
+def _tensor_with_dims(values: np.ndarray, dims: list[int], raw: bool, name: str = "w"):
+    t = numpy_helper.from_array(values, name)
+    if not raw:  # the values in the typed field (float_data), not raw_data
+        t = helper.make_tensor(name, helper.np_dtype_to_tensor_dtype(values.dtype), values.shape, values.reshape(-1))
+    del t.dims[:]
+    t.dims.extend(dims)
+    return t
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        (False, "initializer 'w' has shape [2, 3] (6 elements), but 5 values in float_data"),
+        (True, "initializer 'w' has shape [2, 3] (6 elements of 4 bytes), but 20 bytes of raw_data"),
+    ],
+    ids=["float_data", "raw_data"],
+)
+def test_initializer_whose_dims_disagree_with_its_data_is_an_error(raw: bool, message: str) -> None:
+    model = make_model([node("Add", ["x", "w"])], {"x": rand(2, 3)}, ["y"])
+    model.graph.initializer.append(_tensor_with_dims(rand(5), [2, 3], raw))
+    assert import_error(model) == f"<model>: error: {message}"
+
+
+def test_tensor_attribute_whose_dims_disagree_with_its_data_is_an_error() -> None:
+    value = _tensor_with_dims(ints(1, 2, 3), [4], raw=True, name="v")
+    model = make_model([helper.make_node("Constant", [], ["y"], name="c", value=value)], {}, ["y"])
+    assert import_error(model) == (
+        "<model>: error: node 0 'c': Constant (opset 17): attribute 'value' has shape [4] (4 elements of 8 bytes), "
+        "but 24 bytes of raw_data"
+    )
+
+
+def test_initializer_given_twice_is_an_error() -> None:
+    model = make_model([node("Add", ["x", "w"])], {"x": rand(3)}, ["y"], inits={"w": rand(3)})
+    model.graph.initializer.append(numpy_helper.from_array(rand(3), "w"))
+    assert import_error(model) == "<model>: error: initializer 'w' is given twice"
+
+
+@pytest.mark.parametrize(
+    ("nodes", "message"),
+    [
+        (
+            [helper.make_node("Reshape", ["x"], ["y"], name="r")],
+            "node 0 'r': Reshape (opset 17): takes 2 inputs, but has 1",
+        ),
+        (
+            [helper.make_node("Relu", ["x", "x", "x"], ["y"], name="r")],
+            "node 0 'r': Relu (opset 17): takes 1 input, but has 3",
+        ),
+        (
+            [helper.make_node("Relu", ["x"], ["y", "z"], name="r")],
+            "node 0 'r': Relu (opset 17): takes 1 output, but has 2",
+        ),
+        (
+            [helper.make_node("Reshape", ["x", ""], ["y"], name="r")],
+            "node 0 'r': Reshape (opset 17): input #1 (shape) is required, but the node leaves it empty",
+        ),
+        (
+            [helper.make_node("Concat", [], ["y"], name="c", axis=0)],
+            "node 0 'c': Concat (opset 17): takes at least 1 input, but has 0",
+        ),
+        (
+            [helper.make_node("Relu", ["x"], ["x"], name="r")],
+            "node 0 'r': Relu (opset 17): output #0 'x' is defined twice: ONNX names each value once",
+        ),
+        (
+            [helper.make_node("Gelu", ["x"], ["y"], name="g")],
+            "node 0 'g': Gelu (opset 17): Gelu is not an op of opset 17: it came in opset 20",
+        ),
+    ],
+    ids=[
+        "too-few-inputs",
+        "too-many-inputs",
+        "too-many-outputs",
+        "required-input-empty",
+        "variadic-none",
+        "output-redefined",
+        "op-of-a-later-opset",
+    ],
+)
+def test_node_is_checked_against_its_schema(nodes, message: str) -> None:
+    assert import_error(make_model(nodes, X, ["y"])) == f"<model>: error: {message}"
+
+
+@pytest.mark.parametrize(
+    ("outputs", "message"),
+    [
+        (["y", "y"], "graph output 'y' is listed twice: give each output its own name"),
+        (["y", "x"], "graph output 'x' is also a graph input: give the output its own name (through an Identity)"),
+    ],
+    ids=["twice", "also-an-input"],
+)
+def test_graph_output_names_must_be_unique(outputs: list[str], message: str) -> None:
+    assert import_error(make_model([node("Relu", ["x"])], X, outputs)) == f"<model>: error: {message}"
+
+
+@pytest.mark.parametrize(
+    ("nodes", "inputs", "message"),
+    [
+        (
+            [helper.make_node("HardSigmoid", ["i"], ["y"], name="h")],
+            {"i": ints(1, 2)},
+            "node 0 'h': HardSigmoid (opset 17): input #0 (X) has element type int64, but HardSigmoid takes ",
+        ),
+        (
+            [helper.make_node("Add", ["x", "i"], ["y"], name="a")],
+            {"x": rand(2), "i": ints(1, 2)},
+            (
+                "node 0 'a': Add (opset 17): input #1 (B) has element type int64, but input #0 has float: the two "
+                "must agree"
+            ),
+        ),
+    ],
+    ids=["not-allowed", "type-parameter-disagrees"],
+)
+def test_input_element_types_are_checked_against_the_schema(nodes, inputs: dict, message: str) -> None:
+    assert import_error(make_model(nodes, inputs, ["y"])).startswith(f"<model>: error: {message}")
+
+
+def test_name_that_is_not_utf8_is_an_error() -> None:
+    data = conv_net().SerializeToString().replace(b"/relu/Relu_output_0", b"/relu/Relu_outpu\xff_0", 1)
+    msg = import_error(onnx.ModelProto.FromString(data))
+    assert msg == "<model>: error: field graph.node[1].output[0] is not UTF-8 text"
+
+
+# What the fuzzer below found, each a traceback before: sizes, counts and values that are only numbers.
+@pytest.mark.parametrize(
+    ("nodes", "inits", "opset", "message"),
+    [
+        (
+            [node("Unsqueeze", ["x", "a"])],
+            {"a": np.arange(4, 70)},
+            17,
+            "Unsqueeze (opset 17): a result has rank 70; GIR tensors have at most 64 dimensions",
+        ),
+        (
+            [node("ConstantOfShape", ["s"])],
+            {"s": ints(1 << 40, 0, 1 << 40)},
+            17,
+            (
+                "ConstantOfShape (opset 17): the output would have the shape [1099511627776, 0, 1099511627776]; gc "
+                "makes arrays at import time of at most 268435456 elements"
+            ),
+        ),
+        (
+            [node("Range", ["a", "b", "c"])],
+            {"a": np.float32(0), "b": np.float32(np.nan), "c": np.float32(1)},
+            17,
+            "Range (opset 17): cannot count from 0.0 to nan in steps of 1.0",
+        ),
+        (
+            [node("Split", ["x"], ["y", "z", "w"], axis=2, num_outputs=2)],
+            {},
+            18,
+            "Split (opset 18): num_outputs 2 differs from the node's 3 outputs",
+        ),
+        (
+            [node("Trilu", ["v"])],
+            {"v": ints(1, 2, 3)},
+            17,
+            "Trilu (opset 17): input must have rank >= 2, got tensor<3xi64>",
+        ),
+        (
+            [node("Cast", ["x"], to="NOPE")],
+            {},
+            1,
+            "Cast (opset 1): to 'NOPE' names no ONNX element type",
+        ),
+        (
+            [node("MaxPool", ["x"], kernel_shape=[0, 2], pads=[0, 0, 0, 0])],
+            {},
+            17,
+            "MaxPool (opset 17): kernel_shape [0, 2] must be positive",
+        ),
+    ],
+    ids=[
+        "rank-70",
+        "ConstantOfShape-huge",
+        "Range-nan",
+        "Split-num-outputs",
+        "Trilu-vector",
+        "Cast-unknown-type",
+        "MaxPool-kernel-0",
+    ],
+)
+def test_numbers_that_make_no_sense_are_diagnostics(nodes, inits: dict, opset: int, message: str) -> None:
+    msg = import_error(make_model(nodes, IMG, ["y"], opset, inits))
+    assert msg == f"<model>: error: node 0: {message}"
+
+
+def test_input_of_a_size_no_tensor_has_is_an_error() -> None:
+    model = make_model([node("Relu", ["x"])], X, ["y"])
+    for d in model.graph.input[0].type.tensor_type.shape.dim[1:]:
+        d.dim_value = 1 << 40
+    assert import_error(model) == (
+        "<model>: error: input 'x' is tensor<2x1099511627776x1099511627776xf32>, too large: a GIR tensor holds at "
+        "most 2^63 - 1 bytes"
+    )
+
+
+def test_graph_input_listed_twice_is_an_error() -> None:
+    model = make_model([node("Relu", ["x"])], X, ["y"])
+    model.graph.input.append(model.graph.input[0])
+    assert import_error(model) == "<model>: error: graph input 'x' is listed twice"
+
+
+@pytest.mark.parametrize("opset", [999, 0, -3])
+def test_opset_the_onnx_package_does_not_know_is_an_error(opset: int) -> None:
+    top = onnx.defs.onnx_opset_version()
+    msg = import_error(make_model([node("Relu", ["x"])], X, ["y"], opset=opset))
+    if opset > top:
+        assert msg == (
+            f"<model>: error: opset {opset} of the default ONNX domain is newer than opset {top}, the highest the "
+            f"installed onnx package ({onnx.__version__}) knows: upgrade onnx, or export the model for opset {top}"
+        )
+    else:
+        assert (
+            msg == f"<model>: error: opset {opset} of the default ONNX domain is not an opset: they run from 1 to {top}"
+        )
+
+
+def test_two_opsets_of_the_default_domain_are_an_error() -> None:
+    model = make_model([node("Relu", ["x"])], X, ["y"])
+    model.opset_import.append(helper.make_opsetid("ai.onnx", 13))
+    assert import_error(model) == "<model>: error: the model names two opsets of the default ONNX domain: 13 and 17"
+
+
+def test_gc_import_of_a_malformed_model_exits_1_with_one_line(tmp_path, capsys) -> None:
+    model = make_model([helper.make_node("MaxPool", ["x"], ["y"], name="mp", kernel_shape=2)], IMG, ["y"])
+    onnx.save(model, tmp_path / "m.onnx")
+    assert main(["import", str(tmp_path / "m.onnx"), "-o", str(tmp_path / "m.gir")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"{tmp_path / 'm.onnx'}: error: node 0 'mp': MaxPool (opset 17): attribute 'kernel_shape'")
+    assert "\n" not in err and "Traceback" not in err
+
+
+# Fuzzing: valid small models, mutated in their bytes and in their structure, may only ever import (as a
+# module that verifies) or raise GCError. GC_FUZZ_EXAMPLES=3000 pytest -k fuzz runs it longer.
+
+
+def _fuzz_seeds() -> list[bytes]:
+    """A conv net, a matmul and add, a chain of shape arithmetic, a pooling net: serialized, as files hold them."""
+    mlp = make_model(
+        [node("MatMul", ["x", "w"], ["h"]), node("Add", ["h", "b"], ["a"]), node("LeakyRelu", ["a"], alpha=0.1)],
+        {"x": rand(2, 4)},
+        ["y"],
+        inits={"w": rand(4, 3), "b": rand(3)},
+    )
+    chain = make_model(
+        [
+            node("Shape", ["x"], ["shape"]),
+            node("Gather", ["shape", "zero"], ["batch"], axis=0),
+            node("Mod", ["batch", "two"], ["odd"]),
+            node("Add", ["batch", "odd"], ["rows"]),
+            node("Unsqueeze", ["rows", "axes"], ["rows1"]),
+            node("Concat", ["rows1", "minus1"], ["target"], axis=0),
+            node("Reshape", ["x", "target"], ["r"]),
+            node("Transpose", ["r"], ["t"], perm=[1, 0]),
+            node("Softmax", ["t"], axis=-1),
+        ],
+        X,
+        ["y"],
+        inits={"zero": np.int64(0), "two": np.int64(2), "axes": ints(0), "minus1": ints(-1)},
+    )
+    pool = make_model(
+        [
+            node("MaxPool", ["x"], ["p"], kernel_shape=[2, 2], strides=[2, 1], pads=[0, 1, 0, 0]),
+            node("Constant", [], ["c"], value=numpy_helper.from_array(np.float32([0.5]))),
+            node("Mul", ["p", "c"], ["m"]),
+            node("Pad", ["m", "pads"], ["q"], mode="reflect"),
+            node("ConstantOfShape", ["s"], ["ones"], value=numpy_helper.from_array(np.float32([1]))),
+            node("Add", ["q", "ones"], ["a"]),
+            node("ReduceMean", ["a"], ["y"], axes=[2, 3], keepdims=1),
+        ],
+        IMG,
+        ["y"],
+        opset=13,
+        inits={"pads": ints(0, 0, 1, 1, 0, 0, 1, 1), "s": ints(1, 1, 1)},
+    )
+    return [m.SerializeToString() for m in (conv_net(), mlp, chain, pool)]
+
+
+FUZZ_SEEDS = _fuzz_seeds()
+ATTRIBUTE_VALUES = [0, 2, -1, 1 << 40, 2.5, "SAME_UPPER", b"\xff", [], [2, 2], [0, -1], [1.5], ["a"], rand(2)]
+
+
+def _names(model) -> list[str]:
+    g = model.graph
+    return [*(i.name for i in g.input), *(i.name for i in g.initializer), *(o for n in g.node for o in n.output)]
+
+
+@st.composite
+def mutated_models(draw) -> bytes:
+    """A seed model with a few structured mutations (what protobuf lets a malformed file say), then maybe a
+    few byte mutations (what a damaged file holds)."""
+    model = onnx.ModelProto.FromString(draw(st.sampled_from(FUZZ_SEEDS)))
+    g = model.graph
+    for _ in range(draw(st.integers(0, 3))):
+        kinds = ["input", "attr_type", "attr", "dims", "dtype", "values", "shape", "rename", "opset", "op", "drop"]
+        kind = draw(st.sampled_from(kinds))
+        n = g.node[draw(st.integers(0, len(g.node) - 1))] if g.node else None
+        if kind == "input" and n is not None and n.input:  # drop a node input, or leave it empty
+            k = draw(st.integers(0, len(n.input) - 1))
+            if draw(st.booleans()):
+                del n.input[k]
+            else:
+                n.input[k] = ""
+        elif kind == "attr_type" and n is not None and n.attribute:  # declare another type, keep the value
+            n.attribute[draw(st.integers(0, len(n.attribute) - 1))].type = draw(st.integers(0, 14))
+        elif kind == "attr" and n is not None:  # a value of any type, for an attribute of the node or not
+            names = [a.name for a in n.attribute] + ["axis", "kernel_shape", "perm", "to", "value", "mode"]
+            name, value = draw(st.sampled_from(names)), draw(st.sampled_from(ATTRIBUTE_VALUES))
+            value = numpy_helper.from_array(value) if isinstance(value, np.ndarray) else value
+            kept = [a for a in n.attribute if a.name != name]
+            del n.attribute[:]
+            empty = onnx.AttributeProto.INTS if isinstance(value, list) and not value else None  # no type to infer
+            n.attribute.extend([*kept, helper.make_attribute(name, value, attr_type=empty)])
+        elif kind == "dims" and g.initializer:
+            t = g.initializer[draw(st.integers(0, len(g.initializer) - 1))]
+            del t.dims[:]
+            t.dims.extend(draw(st.lists(st.integers(-2, 7), max_size=4)))
+        elif kind == "values" and g.initializer:  # the same dims, other numbers: shapes, axes, pads, NaN
+            t = g.initializer[draw(st.integers(0, len(g.initializer) - 1))]
+            if t.data_type in (F, I64) and all(0 <= d <= 64 for d in t.dims):
+                ints_ = [0, 1, 2, -1, -2, 7, 1 << 40, -(1 << 62)]
+                numbers = st.sampled_from(ints_ + [0.5, np.nan, np.inf] if t.data_type == F else ints_)
+                values = draw(st.lists(numbers, min_size=math.prod(t.dims), max_size=math.prod(t.dims)))
+                dtype = np.float32 if t.data_type == F else np.int64
+                t.CopyFrom(numpy_helper.from_array(np.array(values, dtype).reshape(tuple(t.dims)), t.name))
+        elif kind == "shape":  # a graph input's declared size: only a number
+            dims = g.input[draw(st.integers(0, len(g.input) - 1))].type.tensor_type.shape.dim
+            if dims:
+                dims[draw(st.integers(0, len(dims) - 1))].dim_value = draw(st.sampled_from([0, 1, 7, -1, 1 << 40]))
+        elif kind == "dtype" and g.initializer:
+            g.initializer[draw(st.integers(0, len(g.initializer) - 1))].data_type = draw(st.integers(0, 26))
+        elif kind == "rename":  # a node's or the graph's output renamed to a name already taken
+            outputs = [o for n in g.node for o in n.output] if draw(st.booleans()) else None
+            name = draw(st.sampled_from(_names(model)))
+            if outputs:
+                n = next(n for n in g.node if n.output)
+                n.output[draw(st.integers(0, len(n.output) - 1))] = name
+            else:
+                g.output[draw(st.integers(0, len(g.output) - 1))].name = name
+        elif kind == "opset":
+            model.opset_import[0].version = draw(st.one_of(st.integers(1, 28), st.integers(-3, 1000)))
+        elif kind == "op" and n is not None:
+            n.op_type = draw(st.sampled_from(sorted(CONVERTERS)))
+        elif kind == "drop" and n is not None:
+            g.node.remove(n)
+    data = bytearray(model.SerializeToString())
+    for _ in range(draw(st.sampled_from([0, 0, 0, 1, 2]))):  # most byte mutations only break the protobuf
+        i = draw(st.integers(0, len(data) - 1))
+        kind = draw(st.sampled_from(["flip", "insert", "delete"]))
+        if kind == "flip":
+            data[i] ^= 1 << draw(st.integers(0, 7))
+        elif kind == "insert":
+            data[i:i] = draw(st.binary(min_size=1, max_size=4))
+        else:
+            del data[i : i + draw(st.integers(1, 8))]
+    return bytes(data)
+
+
+@settings(
+    max_examples=int(os.environ.get("GC_FUZZ_EXAMPLES", "50")),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=mutated_models())
+def test_fuzz_mutated_model_imports_or_raises_gc_error(tmp_path, data: bytes) -> None:
+    path = tmp_path / "m.onnx"  # through a file, as `gc import` reads it
+    path.write_bytes(data)
+    try:
+        imported = import_onnx(path)
+    except GCError as e:
+        assert e.message and e.render().startswith(f"{path}: error: ")
+        return
+    verify_module(imported.module)
+
+
 def test_without_the_onnx_package_import_says_how_to_get_it(monkeypatch) -> None:
     monkeypatch.setitem(__import__("sys").modules, "onnx", None)  # `import onnx` raises ImportError
     with pytest.raises(GCError, match="gc import needs the onnx package: pip install onnx"):
@@ -755,3 +1197,17 @@ def test_gc_import_one_input_given_two_shapes_is_an_error(tmp_path, capsys) -> N
     args = ["import", str(tmp_path / "net.onnx"), "--input-shape", "x=1x3x8x8", "--input-shape", "x=2x3x8x8"]
     assert main([*args, "-o", str(tmp_path / "net.gir")]) == 1
     assert "--input-shape gives 'x' two shapes: 1x3x8x8 and 2x3x8x8" in capsys.readouterr().err
+
+
+def test_gc_import_reads_a_model_from_standard_input(tmp_path) -> None:
+    from helpers import gc
+
+    model = make_model([node("Relu", ["x"])], {"x": rand(2, 3)}, ["y"])
+    r = gc("import", "-", "-o", str(tmp_path / "m.gir"), stdin=model.SerializeToString())
+    assert r.returncode == 0, r.stderr
+    assert "graph.relu" in (tmp_path / "m.gir").read_text() and "from <stdin>" in (tmp_path / "m.gir").read_text()
+    r = gc("import", "-", "-o", str(tmp_path / "x.gir"), stdin=b"\x08\x07garbage")
+    assert r.returncode == 1 and r.stderr.startswith("<stdin>: error: cannot read the model")
+    r = gc("import", "-", "-o", "/nonexistent/x.gir", stdin=model.SerializeToString())
+    assert r.returncode == 1 and "cannot write /nonexistent/x.gir" in r.stderr
+

@@ -14,10 +14,17 @@ written to the .npz (or constants, with --embed-weights).
 ONNX has no lines, so every op line of the written .gir ends with a comment naming the node it came
 from (`// node 12 'Conv_3' (Conv)`), and the module is parsed back from that text: each op's location
 is its line in the .gir. The `onnx` package is imported only here, lazily: gc works without it.
+
+A model file is untrusted input: protobuf only guarantees that the fields parse, not that they agree.
+So what the converters rely on is checked first, against ONNX's own op schemas where it has them: the
+opset, the graph's names, every initializer's dims against its data, every node's input and output
+counts, and each attribute's type as it is read. A malformed model is one diagnostic, never a traceback.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +34,7 @@ import numpy as np
 
 from compiler.builder import Builder
 from compiler.diagnostics import Diagnostic, GCError, printable
-from compiler.files import write_atomic
+from compiler.files import check_writable, write_atomic
 from compiler.inputs import save_npz
 from compiler.ir import DType, Func, Module, Op, TensorType, Value
 from compiler.parser import parse
@@ -37,11 +44,25 @@ from compiler.rewrite import erase_dead_ops
 # ONNX TensorProto element types that have a GIR dtype.
 DTYPES = {1: DType.f32, 3: DType.i8, 6: DType.i32, 7: DType.i64, 9: DType.i1, 10: DType.f16, 11: DType.f64,
           16: DType.bf16}  # fmt: skip
+# The same, as ONNX's op schemas name them in their type constraints.
+TYPE_STRS = {DType.f32: "float", DType.i8: "int8", DType.i32: "int32", DType.i64: "int64", DType.i1: "bool",
+             DType.f16: "float16", DType.f64: "double", DType.bf16: "bfloat16"}  # fmt: skip
 # Results computed from constants above this many elements are left to gc's own fold-constants.
 FOLD_LIMIT = 1 << 16
+# Arrays the importer makes itself (ConstantOfShape's fill, Range, masks, index tables) may have at most this
+# many elements: a model's sizes are only numbers, and 2^60 of them is an error, not an allocation.
+BUILD_LIMIT = 1 << 28
+# What a GIR tensor type may be (the parser's limits): the written module must parse back.
+MAX_RANK, MAX_BYTES = 64, 2**63 - 1
 _REQUIRED = object()
 # Keyword names of np.savez: weights may not be called so.
 _RESERVED = {"file", "allow_pickle"}
+# AttributeProto's types (its AttributeType numbers) and the field that holds each one's value.
+_ATTR_FIELDS = {1: "f", 2: "i", 3: "s", 4: "t", 5: "g", 11: "sparse_tensor", 13: "tp", 6: "floats", 7: "ints",
+                8: "strings", 9: "tensors", 10: "graphs", 12: "sparse_tensors", 14: "type_protos"}  # fmt: skip
+_ATTR_KINDS = {1: "one float", 2: "one integer", 3: "one string", 4: "a tensor", 5: "a graph", 6: "a list of floats",
+               7: "a list of integers", 8: "a list of strings", 9: "a list of tensors"}  # fmt: skip
+_LISTS = {6, 7, 8, 9, 10, 12, 14}
 
 
 def require_onnx() -> Any:
@@ -92,14 +113,16 @@ def import_onnx(
     input_shapes: dict[str, tuple[int, ...]] | None = None,
     embed_weights: bool = False,
     gir_name: str | None = None,
+    file: str | None = None,
 ) -> Imported:
-    """Import an ONNX model (a path or a ModelProto) as a module with one function, @main."""
+    """Import an ONNX model (a path or a ModelProto) as a module with one function, @main. `file` names a
+    ModelProto in diagnostics (default <model>)."""
     onnx = require_onnx()
     if isinstance(source, (str, Path)):
         file = str(source)
         model = load_model(file)
     else:
-        file, model = "<model>", source
+        file, model = file or "<model>", source
     gir_name = gir_name or (Path(file).with_suffix(".gir").name if file != "<model>" else "model.gir")
     imp = _Importer(model, file, dict(input_shapes or {}), embed_weights, onnx)
     func = imp.run()
@@ -108,12 +131,32 @@ def import_onnx(
     return Imported(parse(text, gir_name), text, {a.name: weights[a.name] for a in func.args if a.name in weights})
 
 
-def load_model(path: str) -> Any:
+@functools.cache
+def _schemas() -> dict[str, list[Any]]:
+    """Every version of every op schema of the default ONNX domain that the onnx package knows, oldest first."""
+    out: dict[str, list[Any]] = {}
+    for s in require_onnx().defs.get_all_schemas_with_history():
+        if s.domain in ("", "ai.onnx"):
+            out.setdefault(s.name, []).append(s)
+    for versions in out.values():
+        versions.sort(key=lambda s: s.since_version)
+    return out
+
+
+def _count(low: int, high: int, what: str) -> str:
+    """`1 input`, `2 to 3 outputs`, `at least 1 input`: a schema's bounds on a count, in words."""
+    if high >= 1 << 30:  # a variadic parameter: the schema's maximum is INT_MAX
+        return f"at least {low} {what}{'s' if low != 1 else ''}"
+    return f"{low if low == high else f'{low} to {high}'} {what}{'s' if high != 1 else ''}"
+
+
+def load_model(path: str, data: bytes | None = None) -> Any:
+    """The ModelProto in file `path`, or in `data` (a model read from standard input: no external data)."""
     onnx = require_onnx()
-    if not Path(path).is_file():
+    if data is None and not Path(path).is_file():
         raise file_error(path, "cannot read the model: no such file")
     try:
-        return onnx.load(path)
+        return onnx.load(path) if data is None else onnx.load_model_from_string(data)
     except Exception as e:  # noqa: BLE001 (protobuf raises its own DecodeError, external data OSError, ...)
         raise file_error(path, f"cannot read the model: {type(e).__name__}: {e}") from None
 
@@ -136,8 +179,13 @@ def cmd_import(args) -> int:
             raise GCError(f"--input-shape gives '{name}' two shapes: {'x'.join(map(str, shapes[name]))} and "
                           f"{'x'.join(map(str, dims))}")
         shapes[name] = dims
-    out = Path(args.output or Path(args.file).with_suffix(".gir").name)
-    imported = import_onnx(args.file, input_shapes=shapes, embed_weights=args.embed_weights, gir_name=str(out))
+    stdin = args.file == "-"
+    out = Path(args.output or ("stdin.gir" if stdin else Path(args.file).with_suffix(".gir").name))
+    check_writable(out)  # and the weights' .npz beside it, before the import
+    check_writable(out.with_suffix(".npz"))
+    source = load_model("<stdin>", sys.stdin.buffer.read()) if stdin else args.file
+    imported = import_onnx(source, input_shapes=shapes, embed_weights=args.embed_weights, gir_name=str(out),
+                           file="<stdin>" if stdin else None)
     npz = imported.write(out)
     f = imported.module["main"]
     what = f"{len(f.ops)} ops"
@@ -157,9 +205,11 @@ class _Importer:
     def __init__(self, model: Any, file: str, input_shapes: dict, embed: bool, onnx: Any):
         self.onnx = onnx
         self.file = file
+        self.model = model
         self.graph = model.graph
         self.opsets = {o.domain or "ai.onnx": o.version for o in model.opset_import}
         self.opset = self.opsets.get("ai.onnx", 0)
+        self.embed = embed
         self.input_shapes = input_shapes
         self.func = Func("main", [], [])
         self.b = Builder(self.func)
@@ -167,21 +217,21 @@ class _Importer:
         self.known: dict[str, np.ndarray] = {}  # ONNX name -> its content, where known at import time
         self.folded: dict[Value, np.ndarray] = {}  # the same by GIR value: constants and what folds from them
         self.weights: dict[str, np.ndarray] = {}  # initializers that become arguments
+        self.unusable: dict[str, str] = {}  # initializers of element types GIR lacks: why, should a node use one
         self.weight_args: dict[str, Value] = {}
         self.taken: set[str] = set(_RESERVED)
         self.comments: dict[Op, str] = {}
+        self.assigned: set[str] = set()  # every node output's name so far, computed or not
         self.used = {i for node in self.graph.node for i in node.input} | {o.name for o in self.graph.output}
-        for init in self.graph.initializer:
-            arr = self.onnx.numpy_helper.to_array(init)
-            is_weight = not embed and arr.dtype.kind == "f" and arr.size > 1
-            (self.weights if is_weight else self.known)[init.name] = arr
 
     def error(self, message: str) -> GCError:
         return file_error(self.file, message)
 
     def run(self) -> Func:
-        if not self.opset:
-            raise self.error("the model names no opset of the default ONNX domain")
+        self.check_text(self.model, "")
+        self.check_opset()
+        self.check_graph_names()
+        self.load_initializers()
         inits = {i.name for i in self.graph.initializer}
         data = [self.data_input(i) for i in self.graph.input if i.name not in inits]
         if self.input_shapes:
@@ -199,6 +249,116 @@ class _Importer:
         f.results, f.result_types = results, [v.type for v in results]
         erase_dead_ops(f)
         return f
+
+    def check_text(self, message: Any, where: str) -> None:
+        """protobuf hands back a string field that is not UTF-8 as bytes, which no name may be: the first
+        such field, anywhere in the model, is the error."""
+        for field, value in message.ListFields():
+            if field.type not in (field.TYPE_MESSAGE, field.TYPE_STRING):
+                continue  # numbers and bytes (raw_data): nothing to decode, and far too many to walk
+            repeated = getattr(field, "is_repeated", None)  # protobuf >= 6; `label` before, gone in 7
+            repeated = field.label == field.LABEL_REPEATED if repeated is None else repeated
+            for k, item in enumerate(value if repeated else [value]):
+                at = f"{where}{field.name}" + (f"[{k}]" if repeated else "")
+                if field.type == field.TYPE_MESSAGE:
+                    self.check_text(item, at + ".")
+                elif not isinstance(item, str):
+                    raise self.error(f"field {at} is not UTF-8 text")
+
+    def check_opset(self) -> None:
+        """The default domain's opset decides every op's semantics: it must be one the onnx package knows."""
+        versions = {o.version for o in self.model.opset_import if (o.domain or "ai.onnx") == "ai.onnx"}
+        if not versions:
+            raise self.error("the model names no opset of the default ONNX domain")
+        if len(versions) > 1:
+            shown = " and ".join(map(str, sorted(versions)))
+            raise self.error(f"the model names two opsets of the default ONNX domain: {shown}")
+        top = self.onnx.defs.onnx_opset_version()
+        if self.opset < 1:
+            raise self.error(f"opset {self.opset} of the default ONNX domain is not an opset: they run from 1 to {top}")
+        if self.opset > top:
+            raise self.error(
+                f"opset {self.opset} of the default ONNX domain is newer than opset {top}, the highest the installed "
+                f"onnx package ({self.onnx.__version__}) knows: upgrade onnx, or export the model for opset {top}"
+            )
+
+    def check_graph_names(self) -> None:
+        """Names are how ONNX wires the graph: one given twice would silently pick one of the values."""
+        inputs: set[str] = set()
+        for i in self.graph.input:
+            if i.name in inputs:
+                raise self.error(f"graph input '{i.name}' is listed twice")
+            inputs.add(i.name)
+        outputs: set[str] = set()
+        for o in self.graph.output:
+            if o.name in outputs:
+                raise self.error(f"graph output '{o.name}' is listed twice: give each output its own name")
+            if o.name in inputs:
+                raise self.error(
+                    f"graph output '{o.name}' is also a graph input: give the output its own name (through an Identity)"
+                )
+            outputs.add(o.name)
+
+    def load_initializers(self) -> None:
+        for init in self.graph.initializer:
+            if self.defined(init.name) or init.name in self.unusable:
+                raise self.error(f"initializer '{init.name}' is given twice")
+            if init.data_type not in DTYPES:
+                # An error only where a node uses it: a model may carry tensors it never reads.
+                self.unusable[init.name] = (
+                    f"initializer '{init.name}' has element type {self.type_name(init.data_type)}, "
+                    "which GIR has no dtype for"
+                )
+                continue
+            arr = self.tensor(init, f"initializer '{init.name}'")
+            is_weight = not self.embed and arr.dtype.kind == "f" and arr.size > 1
+            (self.weights if is_weight else self.known)[init.name] = arr
+
+    def tensor(self, t: Any, what: str, error: Any = None) -> np.ndarray:
+        """A TensorProto's content. Its dims and its data are separate fields, which a malformed model lets
+        disagree: they are checked here, not left to numpy's reshape. `error` makes the diagnostic (a node's)."""
+        error = error or self.error
+        tp = self.onnx.TensorProto
+        if t.data_type not in DTYPES:
+            raise error(f"{what} has element type {self.type_name(t.data_type)}, which GIR has no dtype for")
+        dims = list(t.dims)
+        if any(d < 0 for d in dims):
+            raise error(f"{what} has a negative dimension in its shape {dims}")
+        if t.data_location == tp.EXTERNAL:
+            raise error(f"{what} keeps its data in an external file: import the model from its path, beside it")
+        if t.HasField("segment"):
+            raise error(f"{what} is a segment of a larger tensor, which gc cannot read")
+        count, itemsize = math.prod(dims), DTYPES[t.data_type].itemsize
+        if t.HasField("raw_data"):
+            if len(t.raw_data) != count * itemsize:
+                raise error(
+                    f"{what} has shape {dims} ({count} element{'s' * (count != 1)} of {itemsize} bytes), but "
+                    f"{len(t.raw_data)} bytes of raw_data"
+                )
+        else:
+            field = self.onnx.helper.tensor_dtype_to_field(t.data_type)
+            if len(getattr(t, field)) != count:
+                raise error(
+                    f"{what} has shape {dims} ({count} element{'s' * (count != 1)}), but {len(getattr(t, field))} "
+                    f"values in {field}"
+                )
+        return self.onnx.numpy_helper.to_array(t)
+
+    def schema(self, op_type: str) -> Any | None:
+        """The op's schema at the model's opset (its newest version up to it); None if the op came later."""
+        return next((s for s in reversed(_schemas().get(op_type, [])) if s.since_version <= self.opset), None)
+
+    def attribute_type(self, op_type: str, name: str) -> int | None:
+        """The AttributeProto type ONNX gives the op's attribute: as of the model's opset where it has the
+        attribute, else as of the nearest version that has it (converters accept a few attributes of other
+        opsets: consumed_inputs, allowzero); None if no version of the op has it."""
+        versions = _schemas().get(op_type, [])
+        older = [s for s in versions if s.since_version <= self.opset]
+        newer = [s for s in versions if s.since_version > self.opset]
+        for s in [*reversed(older), *newer]:
+            if name in s.attributes:
+                return int(s.attributes[name].type.value)
+        return None
 
     @staticmethod
     def sanitized(onnx_name: str) -> str:
@@ -238,6 +398,8 @@ class _Importer:
                     f"shape [{', '.join(map(str, dims))}] for input '{inp.name}'"
                 )
             shape = given
+        elif any(d < 0 for d in dims if isinstance(d, int)):
+            raise self.error(f"input '{inp.name}' has a negative size in its shape [{', '.join(map(str, dims))}]")
         elif not tt.HasField("shape"):
             raise self.error(f"input '{inp.name}' has no shape in the model: give --input-shape {inp.name}=D1xD2x...")
         else:
@@ -250,8 +412,18 @@ class _Importer:
                     f"give its size with --input-shape {inp.name}={hint}"
                 )
         v = Value(TensorType(tuple(shape), dtype), self.name(inp.name))
+        self.check_type(v.type, f"input '{inp.name}'", self.error)
         self.values[inp.name] = v
         return v
+
+    @staticmethod
+    def check_type(t: TensorType, what: str, error: Any) -> None:
+        """A model's sizes are only numbers: the type they make must be one GIR (and NumPy) can hold."""
+        if t.rank > MAX_RANK:
+            raise error(f"{what} has rank {t.rank}; GIR tensors have at most {MAX_RANK} dimensions")
+        # In Python integers (numpy's would wrap), and an empty axis does not excuse a huge one, as in the parser.
+        if math.prod(max(d, 1) for d in t.shape) * t.dtype.itemsize > MAX_BYTES:
+            raise error(f"{what} is {t}, too large: a GIR tensor holds at most 2^63 - 1 bytes")
 
     def check_output(self, out: Any, v: Value) -> Value:
         """The inferred type must agree with what the model declares (where it declares a static size)."""
@@ -270,10 +442,12 @@ class _Importer:
     # -- values --
 
     def defined(self, name: str) -> bool:
-        return name in self.values or name in self.known or name in self.weights
+        return name in self.values or name in self.known or name in self.weights or name in self.unusable
 
     def content(self, name: str) -> np.ndarray | None:
         """The value's content if known at import time (a weight's too), else None."""
+        if name in self.unusable:
+            raise self.error(self.unusable[name])
         if name in self.known:
             return self.known[name]
         return self.weights.get(name)
@@ -282,6 +456,8 @@ class _Importer:
         """The GIR value of an ONNX name; weights become arguments and known values constants, on first use."""
         if name in self.values:
             return self.values[name]
+        if name in self.unusable:
+            raise self.error(self.unusable[name])
         if name in self.weights:
             arr = self.weights[name]
             v = Value(TensorType(arr.shape, self.numpy_dtype(arr, f"initializer '{name}'")), self.name(name))
@@ -311,16 +487,13 @@ class _Importer:
         if conv is None:
             op = proto.op_type if domain == "ai.onnx" else f"{domain}.{proto.op_type}"
             raise self.error(f"{n.label}: unsupported op {op} (opset {self.opsets.get(domain, '?')})")
-        for a in proto.attribute:
-            if a.name not in conv.attrs:
-                raise n.error(f"unsupported attribute '{a.name}'")
-        for i, name in enumerate(proto.input):
-            if name and not self.defined(name):
-                raise n.error(f"input #{i} '{name}' is computed by no earlier node")
+        self.check_node(n, conv.attrs)
         start = len(self.func.ops)
         try:
             outs = conv.fn(n)
             new = self.func.ops[start:]
+            for r in (r for op in new for r in op.results):
+                self.check_type(r.type, "a result", n.error)
             self.fold(new)
         except GCError as e:
             if isinstance(e.diagnostics[0], FileDiagnostic):
@@ -330,6 +503,60 @@ class _Importer:
         for op in new:
             self.comments[op] = n.label + f" ({proto.op_type})"
 
+    def check_node(self, n: Node, attrs: frozenset[str]) -> None:
+        """What converters take for granted, checked against the op's schema: a converter may then read
+        input #1 of a Reshape, or ignore a Relu's third input, without a malformed node going unnoticed."""
+        proto, schema = n.proto, n.schema
+        if schema is None:
+            versions = _schemas().get(proto.op_type)
+            if not versions:
+                raise n.error(f"the installed onnx package ({self.onnx.__version__}) knows no op {proto.op_type}")
+            first = versions[0].since_version
+            raise n.error(f"{proto.op_type} is not an op of opset {self.opset}: it came in opset {first}")
+        for what, names, params, low, high in (
+            ("input", proto.input, schema.inputs, schema.min_input, schema.max_input),
+            ("output", proto.output, schema.outputs, schema.min_output, schema.max_output),
+        ):
+            if not low <= len(names) <= high:
+                raise n.error(f"takes {_count(low, high, what)}, but has {len(names)}")
+            for i, name in enumerate(names):
+                param = params[min(i, len(params) - 1)]  # a variadic parameter is the last one
+                if not name and param.option != type(param.option).Optional:
+                    raise n.error(f"{what} #{i} ({param.name}) is required, but the node leaves it empty")
+        for a in proto.attribute:
+            if a.name not in attrs or self.attribute_type(proto.op_type, a.name) is None:
+                raise n.error(f"unsupported attribute '{a.name}'")
+        for i, name in enumerate(proto.input):
+            if name and not self.defined(name):
+                raise n.error(f"input #{i} '{name}' is computed by no earlier node")
+        self.check_input_types(n)
+        named = [name for name in proto.output if name]
+        for i, name in enumerate(proto.output):
+            if name and (self.defined(name) or name in self.assigned or named.count(name) > 1):
+                raise n.error(f"output #{i} '{name}' is defined twice: ONNX names each value once")
+        self.assigned.update(named)
+
+    def check_input_types(self, n: Node) -> None:
+        """Each input's element type must be one the schema allows, and inputs that share a type parameter
+        (Add's A and B) must agree: converters may then assume a float where ONNX promises one."""
+        allowed = {c.type_param_str: c.allowed_type_strs for c in n.schema.type_constraints}
+        bound: dict[str, tuple[int, str]] = {}
+        for i, name in enumerate(n.proto.input):
+            if not name:
+                continue
+            param = n.schema.inputs[min(i, len(n.schema.inputs) - 1)]
+            t = TYPE_STRS[n.type(i).dtype]
+            ok = [a.removeprefix("tensor(").removesuffix(")") for a in allowed.get(param.type_str, [param.type_str])]
+            if t not in ok:
+                raise n.error(f"input #{i} ({param.name}) has element type {t}, but {n.op_type} takes {', '.join(ok)}")
+            if param.type_str not in allowed or not param.is_homogeneous:
+                continue
+            j, u = bound.setdefault(param.type_str, (i, t))
+            if u != t:
+                raise n.error(
+                    f"input #{i} ({param.name}) has element type {t}, but input #{j} has {u}: the two must agree"
+                )
+
     def fold(self, ops: list[Op]) -> None:
         """Evaluate the new ops whose operands are all known, so that later nodes can read the results."""
         for op in ops:
@@ -338,8 +565,8 @@ class _Importer:
                 continue
             if not op.operands or any(v not in self.folded for v in op.operands):
                 continue
-            if any(r.type.size > FOLD_LIMIT for r in op.results):
-                continue
+            if any(math.prod(max(d, 1) for d in r.type.shape) > FOLD_LIMIT for r in op.results):
+                continue  # big (or empty beside a huge axis, which numpy cannot make either): left to fold-constants
             self.folded.update(zip(op.results, op.evaluate([self.folded[v] for v in op.operands])))
 
     def bind(self, n: Node, outs: list, new: list[Op]) -> None:
@@ -352,8 +579,8 @@ class _Importer:
                 if name in self.used:
                     raise n.error(f"output #{i} '{name}' is used, but gc does not compute it")
                 continue
-            if isinstance(out, np.ndarray):
-                self.known[name] = out
+            if isinstance(out, (np.ndarray, np.generic)):
+                self.known[name] = np.asarray(out)  # numpy's ufuncs make 0-d arrays scalars: known values are arrays
                 continue
             if out in self.folded:
                 self.known[name] = self.folded[out]
@@ -384,6 +611,7 @@ class Node:
         self.b = imp.b
         self.attrs = {a.name: a for a in proto.attribute}
         self.label = f"node {index}" + (f" '{proto.name}'" if proto.name else "")
+        self.schema = imp.schema(proto.op_type) if (proto.domain or "ai.onnx") == "ai.onnx" else None
 
     def error(self, message: str) -> GCError:
         return self.imp.error(f"{self.label}: {self.op_type} (opset {self.opset}): {message}")
@@ -394,16 +622,43 @@ class Node:
             if default is _REQUIRED:
                 raise self.error(f"missing required attribute '{name}'")
             return default
-        v = self.imp.onnx.helper.get_attribute_value(a)
-        if isinstance(v, bytes):
-            return v.decode()
-        if isinstance(v, self.imp.onnx.TensorProto):
-            return self.imp.onnx.numpy_helper.to_array(v)
-        if isinstance(v, (list, tuple)):
-            return [x.decode() if isinstance(x, bytes) else x for x in v]
-        if not isinstance(v, (int, float)):
-            raise self.error(f"attribute '{name}' of kind {a.type} is not supported")
-        return v
+        return self.attr_value(a, self.imp.attribute_type(self.op_type, name))
+
+    def attr_value(self, a: Any, expected: int | None) -> Any:
+        """The attribute's value, of the type the ONNX spec gives it (an int for INT, a list for INTS, ...).
+        A model may declare another type, or fill another field than its type names: each is a diagnostic."""
+        held = [t for t, f in _ATTR_FIELDS.items() if (len(getattr(a, f)) if t in _LISTS else a.HasField(f))]
+        found = a.type or (held[0] if len(held) == 1 else 0)  # IR version 1 had no type field
+        if found not in _ATTR_FIELDS:
+            raise self.error(f"attribute '{a.name}' has no type")
+        if expected is not None and found != expected:
+            raise self.error(f"attribute '{a.name}' must be {self.attr_kind(expected)}, but is {self.attr_kind(found)}")
+        if held and found not in held or not held and found not in _LISTS:
+            holds = " and ".join(self.attr_kind(t) for t in held) or "nothing"
+            raise self.error(f"attribute '{a.name}' is declared {self.attr_kind(found)}, but holds {holds}")
+        v = getattr(a, _ATTR_FIELDS[found])
+        if found in (1, 2):
+            return v
+        if found in (6, 7):
+            return list(v)
+        if found == 3:
+            return self.text(a.name, v)
+        if found == 8:
+            return [self.text(a.name, x) for x in v]
+        if found == 4:
+            return self.imp.tensor(v, f"attribute '{a.name}'", self.error)
+        raise self.error(f"attribute '{a.name}' is {self.attr_kind(found)}, which gc cannot import")
+
+    def attr_kind(self, t: int) -> str:
+        """`INTS (a list of integers)`: an attribute type as ONNX names it, and in words."""
+        name = {v: k for k, v in self.imp.onnx.AttributeProto.AttributeType.items()}.get(t, f"#{t}")
+        return f"{name} ({_ATTR_KINDS[t]})" if t in _ATTR_KINDS else name
+
+    def text(self, name: str, raw: bytes) -> str:
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            raise self.error(f"attribute '{name}' is not UTF-8 text") from None
 
     def has(self, i: int) -> bool:
         return i < len(self.proto.input) and self.proto.input[i] != ""
@@ -450,6 +705,8 @@ class Node:
 
     def ints(self, i: int, what: str) -> tuple[int, ...] | None:
         arr = self.const(i, what)
+        if arr is not None and arr.dtype.kind not in "biu":  # a float would be rounded, a NaN cannot be
+            raise self.error(f"input #{i} ({what}) must be integers, but '{self.proto.input[i]}' is {arr.dtype}")
         return None if arr is None else tuple(int(v) for v in arr.reshape(-1))
 
     def passthrough(self, i: int) -> Value | np.ndarray:
@@ -466,6 +723,21 @@ class Node:
 
     def constant(self, arr: np.ndarray, dtype: DType) -> Value:
         return self.b.constant(np.asarray(arr, dtype=dtype.np), dtype)
+
+    def check_size(self, shape: tuple[int, ...] | list[int], what: str) -> None:
+        """An array the importer is about to make must be one it can: sizes in a model are just numbers."""
+        if any(d < 0 for d in shape):
+            raise self.error(f"{what} has a negative size in its shape {list(shape)}")
+        if math.prod(max(d, 1) for d in shape) > BUILD_LIMIT:  # numpy refuses a huge axis beside an empty one too
+            raise self.error(
+                f"{what} would have the shape {list(shape)}; gc makes arrays at import time of at most {BUILD_LIMIT} "
+                "elements"
+            )
+
+    def full(self, shape: tuple[int, ...], value: Any, dtype: Any, what: str) -> np.ndarray:
+        """np.full, for a shape that came from the model (checked first)."""
+        self.check_size(shape, what)
+        return np.full(shape, value, dtype=dtype)
 
     def dense_dtype(self, elem_type: int) -> DType:
         return self.imp.dtype(elem_type, f"{self.label}'s target type")

@@ -188,7 +188,10 @@ def mod(n: Node) -> list:
     fmod = bool(n.attr("fmod", 0))
     known = n.constants()
     if known is not None:  # shape arithmetic, as exporters emit it
-        return [(np.fmod if fmod else np.mod)(*known)]
+        with np.errstate(all="ignore"):  # x mod 0 is 0 for integers, nan for floats, as ONNX's reference
+            r = (np.fmod if fmod else np.mod)(*known)
+        # A ufunc of 0-d arrays returns a numpy scalar, which is no value: keep an array.
+        return [np.asarray(r)]
     a, b = n.x(0), n.x(1)
     if a.type.dtype.is_float:
         q = n.b.div(a, b)
@@ -215,7 +218,10 @@ def where(n: Node) -> list:
 def cast(n: Node) -> list:
     to = n.attr("to")
     if isinstance(to, str):  # opset 1 named the type
-        to = n.imp.onnx.TensorProto.DataType.Value(to)
+        names = dict(n.imp.onnx.TensorProto.DataType.items())
+        if to not in names:
+            raise n.error(f"to '{to}' names no ONNX element type")
+        to = names[to]
     return [cast_to(n.b, n.x(0), n.dense_dtype(to))]
 
 
@@ -274,16 +280,26 @@ def _pads(n: Node, sizes: tuple[int, ...], kernel, strides, dilations) -> list[i
     return begins + ends
 
 
+def _per_axis(n: Node, what: str, values, k: int, least: int) -> list[int]:
+    """A window attribute: one entry per spatial axis, each at least `least` (a stride of 0 has no meaning)."""
+    values = list(values)
+    if len(values) != k:
+        raise n.error(f"{what} {values} has {len(values)} entries for {k} spatial axes")
+    if any(v < least for v in values):
+        raise n.error(f"{what} {values} must be {'positive' if least else 'non-negative'}")
+    return values
+
+
 def _window_attrs(n: Node, x: Value, kernel: list[int]) -> tuple[list[int], list[int], list[int]]:
     """strides, dilations and pads of a conv or pool over x's spatial axes."""
     k = x.type.rank - 2
-    if len(kernel) != k:
-        raise n.error(f"kernel_shape {list(kernel)} has {len(kernel)} entries for {k} spatial axes")
-    strides, dilations = list(n.attr("strides", [1] * k)), list(n.attr("dilations", [1] * k))
-    for what, v in (("strides", strides), ("dilations", dilations)):
-        if len(v) != k:
-            raise n.error(f"{what} {v} has {len(v)} entries for {k} spatial axes")
-    return strides, dilations, _pads(n, x.type.shape[2:], kernel, strides, dilations)
+    _per_axis(n, "kernel_shape", kernel, k, 1)
+    strides = _per_axis(n, "strides", n.attr("strides", [1] * k), k, 1)
+    dilations = _per_axis(n, "dilations", n.attr("dilations", [1] * k), k, 1)
+    pads = _pads(n, x.type.shape[2:], kernel, strides, dilations)
+    if any(p < 0 for p in pads):
+        raise n.error(f"pads {pads} must not be negative")
+    return strides, dilations, pads
 
 
 def _spatial_rank(n: Node, x: Value, most: int = 3) -> int:
@@ -372,15 +388,23 @@ def conv_transpose(n: Node) -> list:
     if w.type.rank != x.type.rank:
         raise n.error(f"W {w.type} must have the rank of X {x.type}")
     g = n.attr("group", 1)
+    if g < 1 or w.type.shape[0] % g:
+        raise n.error(f"group {g} must be positive and divide W's {w.type.shape[0]} input channels")
     kernel = list(w.type.shape[2:])
     if list(n.attr("kernel_shape", kernel)) != kernel:
         raise n.error(f"kernel_shape {list(n.attr('kernel_shape'))} differs from W's spatial shape {kernel}")
-    strides, dil = list(n.attr("strides", [1] * k)), list(n.attr("dilations", [1] * k))
-    out_pad = list(n.attr("output_padding", [0] * k))
+    _per_axis(n, "kernel_shape", kernel, k, 1)
+    strides = _per_axis(n, "strides", n.attr("strides", [1] * k), k, 1)
+    dil = _per_axis(n, "dilations", n.attr("dilations", [1] * k), k, 1)
+    out_pad = _per_axis(n, "output_padding", n.attr("output_padding", [0] * k), k, 0)
     sizes = x.type.shape[2:]
     full = [s * (i - 1) + op + (kk - 1) * d + 1 for s, i, op, kk, d in zip(strides, sizes, out_pad, kernel, dil)]
     auto = n.attr("auto_pad", "NOTSET")
+    if auto not in ("NOTSET", "", "SAME_UPPER", "SAME_LOWER", "VALID"):
+        raise n.error(f"auto_pad '{auto}' is not NOTSET, SAME_UPPER, SAME_LOWER or VALID")
     out_shape = n.attr("output_shape", None)
+    if out_shape is not None and len(out_shape) < k:
+        raise n.error(f"output_shape {out_shape} has fewer entries than the {k} spatial axes")
     if out_shape is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
         want = list(out_shape)[-k:] if out_shape is not None else [i * s for i, s in zip(sizes, strides)]
         totals = [f - o for f, o in zip(full, want)]
@@ -390,6 +414,8 @@ def conv_transpose(n: Node) -> list:
         pads = [0] * 2 * k
     else:
         pads = list(n.attr("pads", [0] * 2 * k))
+        if len(pads) != 2 * k:
+            raise n.error(f"pads {pads} must have {2 * k} entries for {k} spatial axes")
     if k == 1:  # as 2-D with a unit height
         x, w = n.b.unsqueeze(x, axes=(2,)), n.b.unsqueeze(w, axes=(2,))
         strides, dil, out_pad, kernel = [1, *strides], [1, *dil], [0, *out_pad], [1, *kernel]
@@ -453,6 +479,9 @@ def _pool3d(n: Node, x: Value, fn: Callable, kernel, strides, pads, attrs: dict)
     nb, c, d, h, wd = x.type.shape
     kd, sd, (d0, d1) = kernel[0], strides[0], (pads[0], pads[3])
     depth = pool_out(d, kd, sd, d0, d1, attrs["ceil_mode"])
+    if depth < 1:
+        raise n.error(f"the kernel depth {kd} is larger than the padded input depth {d + d0 + d1}")
+    n.check_size((kd, depth), "the depth taps")
     end = max(d1, (depth - 1) * sd + kd - (d + d0))  # a ceil-mode window may run past the end padding
     is_max = n.op_type == "MaxPool"
     if d0 or end:
@@ -470,8 +499,9 @@ def _pool3d(n: Node, x: Value, fn: Callable, kernel, strides, pads, attrs: dict)
     if is_max:
         return y
     lo, hi = (-d0, d + d1) if attrs["count_include_pad"] else (0, d)
-    counts = [min(o * sd - d0 + kd, hi) - max(o * sd - d0, lo) for o in range(depth)]
-    return n.b.mul(y, n.constant(1 / np.array(counts, np.float64).reshape(depth, 1, 1), y.type.dtype))
+    starts = np.arange(depth) * sd - d0
+    counts = np.minimum(starts + kd, hi) - np.maximum(starts, lo)
+    return n.b.mul(y, n.constant(1 / counts.astype(np.float64).reshape(depth, 1, 1), y.type.dtype))
 
 
 def _pool_fill(n: Node, dtype: DType) -> float:
@@ -491,6 +521,9 @@ def _pool_by_axes(n: Node, x: Value, kernel, strides, dil, pads, attrs: dict) ->
         a, size, (lo, hi) = i + 2, x.type.shape[i + 2], (pads[i], pads[k + i])
         span = (kk - 1) * d + 1
         out = pool_out(size, span, s, lo, hi, attrs["ceil_mode"])
+        if out < 1:
+            raise n.error(f"the dilated kernel {span} is larger than axis {a}'s padded size {size + lo + hi}")
+        n.check_size((kk, out), "the window index")
         end = max(hi, (out - 1) * s + span - (size + lo))  # a ceil-mode window may run past the end padding
         if lo or end:
             widths = [0] * 2 * r
@@ -505,8 +538,9 @@ def _pool_by_axes(n: Node, x: Value, kernel, strides, dil, pads, attrs: dict) ->
         y = (n.b.reduce_max if is_max else n.b.reduce_sum)(windows, axes=(a,))
         if not is_max:
             first, last = (-lo, size + hi) if attrs["count_include_pad"] else (0, size)
-            counts = [sum(first <= o * s - lo + t * d < last for t in range(kk)) for o in range(out)]
-            inverse = (1 / np.array(counts, np.float64)).reshape((out,) + (1,) * (r - a - 1))
+            cells = np.arange(out)[None, :] * s - lo + np.arange(kk)[:, None] * d  # [taps, out]
+            counts = ((first <= cells) & (cells < last)).sum(axis=0)
+            inverse = (1 / counts.astype(np.float64)).reshape((out,) + (1,) * (r - a - 1))
             y = n.b.mul(y, n.constant(inverse, y.type.dtype))
         x = y
     return x
@@ -545,8 +579,8 @@ def instance_norm(n: Node) -> list:
     # layer_norm over the spatial axes, then the per-channel scale and bias.
     y = n.b.layer_norm(
         x,
-        n.constant(np.ones(spatial), dt),
-        n.constant(np.zeros(spatial), dt),
+        n.constant(n.full(spatial, 1, dt.np, "the unit scale"), dt),
+        n.constant(n.full(spatial, 0, dt.np, "the zero bias"), dt),
         axis=2,
         epsilon=float(n.attr("epsilon", 1e-5)),
     )
@@ -564,8 +598,8 @@ def group_norm(n: Node) -> list:
     c = shape[1]
     rest = math.prod(shape[2:]) * (c // g)
     # layer_norm over each group's channels and pixels, then the per-channel scale and bias.
-    y = n.b.layer_norm(n.b.reshape(x, shape=(shape[0], g, rest)), n.constant(np.ones(rest), dt),
-                       n.constant(np.zeros(rest), dt), epsilon=float(n.attr("epsilon", 1e-5)))  # fmt: skip
+    ones, zeros = (n.constant(n.full((rest,), v, dt.np, "the group's scale"), dt) for v in (1, 0))
+    y = n.b.layer_norm(n.b.reshape(x, shape=(shape[0], g, rest)), ones, zeros, epsilon=float(n.attr("epsilon", 1e-5)))
     y = n.b.reshape(y, shape=shape)
     if n.opset < 21:  # scale and bias per group until opset 21, per channel since
         scale, bias = (n.b.reshape(n.b.broadcast_to(n.b.reshape(t, shape=(g, 1)), shape=(g, c // g)), shape=(c,))
@@ -581,7 +615,7 @@ def layer_norm(n: Node) -> list:
     dims = x.type.shape[axis:]
     if scale.type.shape != dims:
         scale = n.b.broadcast_to(scale, shape=dims)
-    bias = n.x(2) if n.has(2) else n.constant(np.zeros(dims), x.type.dtype)
+    bias = n.x(2) if n.has(2) else n.constant(n.full(dims, 0, x.type.dtype.np, "the zero bias"), x.type.dtype)
     if bias.type.shape != dims:
         bias = n.b.broadcast_to(bias, shape=dims)
     return [n.b.layer_norm(x, scale, bias, axis=axis, epsilon=float(n.attr("epsilon", 1e-5)))]
@@ -619,7 +653,7 @@ def softmax(n: Node) -> list:
 def dropout(n: Node) -> list:
     if n.has(2) and n.ints(2, "training_mode") != (0,):
         raise n.error("training_mode = true drops at random; gc imports inference graphs")
-    mask = np.ones(n.type(0).shape, bool) if n.output_used(1) else None
+    mask = n.full(n.type(0).shape, True, bool, "the mask") if n.output_used(1) else None
     return [n.passthrough(0), mask]
 
 
@@ -716,7 +750,7 @@ def reshape(n: Node) -> list:
     want = tuple(n.attr("shape")) if n.opset < 5 else n.ints(1, "shape")
     target = _reshape_target(n, x.type.shape, want, bool(n.attr("allowzero", 0)))
     if 0 in target:  # empty: graph.reshape would read a 0 as "keep the input's size"
-        return [n.constant(np.zeros(target), x.type.dtype)]
+        return [n.constant(n.full(target, 0, x.type.dtype.np, "the empty result"), x.type.dtype)]
     return [x if target == x.type.shape else n.b.reshape(x, shape=target)]
 
 
@@ -815,16 +849,28 @@ def resize(n: Node) -> list:
         if n.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
             raise n.error("keep_aspect_ratio_policy other than stretch is not supported")
     axes = [_axis(n, a, r) for a in n.attr("axes", range(r))]
+    if len(set(axes)) != len(axes):
+        raise n.error(f"axes {axes} name an axis twice")
+    given = sizes if sizes is not None else scales if scales is not None and np.size(scales) else None
+    if given is None:
+        raise n.error("needs scales or sizes")
+    given, what = [float(v) for v in np.reshape(given, -1)], "sizes" if sizes is not None else "scales"
+    if len(given) != len(axes):
+        raise n.error(f"{what} {given} must have one entry per resized axis, {len(axes)}")
+    if not all(math.isfinite(v) and v > 0 for v in given):
+        raise n.error(f"{what} {given} must be positive")
+    if any(shape[a] == 0 for a in axes):
+        raise n.error(f"cannot resize the empty axes of {x.type}")
     if sizes is not None:
         outs = dict(zip(axes, sizes))
         factors = {a: outs[a] / shape[a] for a in axes}
-    elif scales is not None and np.size(scales):
-        factors = dict(zip(axes, (float(f) for f in np.reshape(scales, -1))))
-        outs = {a: math.floor(shape[a] * f) for a, f in factors.items()}
     else:
-        raise n.error("needs scales or sizes")
+        factors = dict(zip(axes, given))
+        outs = {a: math.floor(shape[a] * f) for a, f in factors.items()}
     if any(outs[a] < 1 for a in axes):
         raise n.error(f"output sizes {[outs[a] for a in axes]} must be positive")
+    for a in axes:
+        n.check_size((outs[a],), f"the index of axis {a}")
     for a in axes:
         if outs[a] == shape[a] and factors[a] == 1.0:
             continue
@@ -849,15 +895,16 @@ def split(n: Node) -> list:
     d, count = x.type.shape[a], len(n.proto.output)
     sizes = (n.ints(1, "split") if n.has(1) else None) if n.opset >= 13 else n.attr("split", None)
     if sizes is None and "num_outputs" in n.attrs:
-        count = n.attr("num_outputs")
-        if count < 1:
-            raise n.error(f"num_outputs must be positive, got {count}")
+        if n.attr("num_outputs") != count:
+            raise n.error(f"num_outputs {n.attr('num_outputs')} differs from the node's {count} outputs")
         chunk = -(-d // count)  # opset 18: the last chunk is smaller if d does not divide
         sizes = [chunk] * (count - 1) + [d - chunk * (count - 1)]
     elif sizes is None:
         if d % count:
             raise n.error(f"axis {a} of size {d} does not split into {count} equal parts")
         sizes = [d // count] * count
+    if len(sizes) != count:  # an output without its part, or a part without its output
+        raise n.error(f"split {list(sizes)} has {len(sizes)} parts for the node's {count} outputs")
     ys = n.b.split(x, axis=a, sections=tuple(sizes))
     return list(ys) if isinstance(ys, tuple) else [ys]
 
@@ -914,6 +961,8 @@ def pad(n: Node) -> list:
         value = float(v.reshape(-1)[0]) if v is not None and v.size else 0.0
         if n.has(3):  # opset 18: pads for these axes only
             axes = [_axis(n, a, r) for a in n.ints(3, "axes")]
+            if len(pads) != 2 * len(axes) or len(set(axes)) != len(axes):
+                raise n.error(f"pads {pads} must have 2 entries for each of the distinct axes {axes}")
             full = [0] * 2 * r
             for i, a in enumerate(axes):
                 full[a], full[r + a] = pads[i], pads[len(axes) + i]
@@ -969,15 +1018,18 @@ def _edge(n: Node, x: Value, axis: int, width: int, mode: str, before: bool) -> 
 
 @converts("Trilu", attrs="upper")
 def trilu(n: Node) -> list:
-    k = int(n.const(1, "k").reshape(-1)[0]) if n.has(1) else 0
+    k = n.ints(1, "k") if n.has(1) else (0,)
+    if len(k) != 1:
+        raise n.error(f"k must be one integer, got {list(k)}")
+    k = k[0]
     keep = np.triu if n.attr("upper", 1) else np.tril
+    if len(n.type(0).shape) < 2:  # numpy would take a vector for a row of a matrix
+        raise n.error(f"input must have rank >= 2, got {n.type(0)}")
     known = n.constants()
     if known is not None:  # a causal mask, as exporters build it
         return [keep(known[0], k)]
     x = n.x(0)
-    if x.type.rank < 2:
-        raise n.error(f"input must have rank >= 2, got {x.type}")
-    mask = keep(np.ones(x.type.shape[-2:], bool), k)
+    mask = keep(n.full(x.type.shape[-2:], True, bool, "the mask"), k)
     return [n.b.where(n.constant(mask, DType.i1), x, n.scalar(0, x))]
 
 
@@ -991,8 +1043,7 @@ def constant(n: Node) -> list:
         raise n.error(f"needs exactly one value attribute, got {', '.join(n.attrs) or 'none'}")
     key = next(iter(n.attrs))
     v = n.attr(key)
-    if key == "value":
-        n.imp.numpy_dtype(v, f"{n.label}'s value")
+    if key == "value":  # n.attr checked its element type and its dims
         return [v]
     if key in ("value_float", "value_floats"):
         return [np.array(v, np.float32)]
@@ -1004,12 +1055,10 @@ def constant(n: Node) -> list:
 @converts("ConstantOfShape", attrs="value")
 def constant_of_shape(n: Node) -> list:
     shape = n.ints(0, "shape")
-    if any(d < 0 for d in shape):
-        raise n.error(f"shape {list(shape)} has a negative size")
     v = n.attr("value", np.zeros(1, np.float32))
     if v.size != 1:
         raise n.error(f"value must have one element, got {v.size}")
-    return [np.full(shape, v.reshape(-1)[0], dtype=v.dtype)]
+    return [n.full(shape, v.reshape(-1)[0], v.dtype, "the output")]
 
 
 @converts("Shape", attrs="start end")
@@ -1026,6 +1075,11 @@ def size(n: Node) -> list:
 @converts("Range")
 def range_(n: Node) -> list:
     start, limit, delta = (n.const(i, w) for i, w in ((0, "start"), (1, "limit"), (2, "delta")))
-    if delta.item() == 0:
-        raise n.error("delta is 0")
-    return [np.arange(start.item(), limit.item(), delta.item()).astype(start.dtype)]
+    for what, v in (("start", start), ("limit", limit), ("delta", delta)):
+        if v.size != 1:
+            raise n.error(f"{what} must be a scalar, got shape {list(v.shape)}")
+    dtype, (start, limit, delta) = start.dtype, (start.item(), limit.item(), delta.item())
+    if delta == 0 or not all(map(math.isfinite, (start, limit, delta))):
+        raise n.error(f"cannot count from {start} to {limit} in steps of {delta}")
+    n.check_size([max(math.ceil((limit - start) / delta), 0)], "the output")
+    return [np.arange(start, limit, delta).astype(dtype)]

@@ -1,0 +1,297 @@
+"""The model zoo: torchvision models as a user brings them, through gc import, against ONNX Runtime and torch.
+
+    pip install -e '.[bench]'       # torch (CPU), torchvision, onnx, onnxscript, onnxruntime
+    python tools/zoo.py [--only resnet50,mobilenet_v2] [--rounds 3] [--threads 2] [--json out.json] [--profile]
+
+Each model is built with random seeded weights (no downloads), its BatchNorm statistics set by a
+training-mode pass over seeded images and any all-zero Linear layer redrawn (random init otherwise
+gives outputs of 1e-9 or all zeros, which check nothing), exported with torch.onnx (opset 18), imported
+with `gc import` and compiled with `gc compile --params` (the seconds that takes are reported). Then
+per round each framework runs in a process of its own (their thread pools fight when they share one):
+gc on the artifact, ONNX Runtime on the .onnx (all graph optimizations), torch eager on the model; every
+output is first checked against ONNX Runtime without graph optimizations (rtol 1e-3 of the output's
+scale). A number is the median over rounds of each round's median. The exported models are cached in
+~/.cache/gc/zoo (--cache to move it): a second run starts at the import.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tools"))
+
+from bench import brief, check, measure  # noqa: E402
+
+MODELS = ["resnet50", "mobilenet_v2", "efficientnet_b0", "shufflenet_v2_x1_0", "squeezenet1_1", "densenet121",
+          "vit_b_16"]
+OPSET = 18
+SEED = 0
+
+
+def import_torchvision():
+    """torchvision beside the CPU torch wheel: its C++ ops do not load (built for CUDA torch), and the
+    classification models use none; defining the two schemas its meta registrations need is enough."""
+    import torch
+
+    global _TV_LIB  # the library object must outlive every use of torchvision
+    try:
+        import torchvision
+    except RuntimeError:
+        for name in [m for m in sys.modules if m.startswith("torchvision")]:
+            del sys.modules[name]
+        _TV_LIB = torch.library.Library("torchvision", "DEF")
+        _TV_LIB.define("nms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        _TV_LIB.define("qnms(Tensor dets, Tensor scores, float iou_threshold) -> Tensor")
+        import torchvision
+    return torchvision
+
+
+def build(name: str):
+    """The model with meaningful random weights, in eval mode, and its seeded input."""
+    import torch
+
+    tv = import_torchvision()
+    torch.manual_seed(SEED)
+    model = getattr(tv.models, name)(weights=None)
+    size = 224
+    with torch.no_grad():
+        model.train()
+        for _ in range(2):  # BatchNorm's running statistics from real activations (momentum 0.1 by default)
+            for m in model.modules():
+                if isinstance(m, torch.nn.modules.batchnorm._BatchNorm):
+                    m.momentum = None  # a cumulative average over the passes
+            model(torch.randn(8, 3, size, size))
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear) and not m.weight.abs().sum():
+                m.weight.normal_(0, 0.02)  # ViT's zero-initialized head
+        model.eval()
+    x = torch.from_numpy(np.random.default_rng(SEED).standard_normal((1, 3, size, size)).astype(np.float32))
+    return model, x
+
+
+def prepare(name: str, cache: Path) -> dict:
+    """Export `name` once (cached): model.onnx, its input, the reference output, the state for torch."""
+    d = cache / name
+    done = d / "reference.npy"
+    if not done.exists():
+        import onnxruntime as ort
+        import torch
+
+        d.mkdir(parents=True, exist_ok=True)
+        model, x = build(name)
+        torch.onnx.export(model, (x,), str(d / "model.onnx"), opset_version=OPSET, input_names=["x"],
+                          output_names=["y"], dynamo=True, external_data=False)
+        np.save(d / "input.npy", x.numpy())
+        torch.save(model.state_dict(), d / "state.pt")
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        sess = ort.InferenceSession(str(d / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+        ref = sess.run(None, {sess.get_inputs()[0].name: x.numpy()})[0]
+        with torch.no_grad():
+            err = float(np.abs(model(x).numpy() - ref).max() / (np.abs(ref).max() or 1))
+        if err > 1e-3:
+            raise RuntimeError(f"the exported model differs from torch by {err:.2e} of the output's scale")
+        if not np.abs(ref).max() > 1e-3:
+            raise RuntimeError(f"the output is all but zero ({np.abs(ref).max():.2e}): the check would check nothing")
+        np.save(done, ref)
+    return {"name": name, "dir": str(d)}
+
+
+def gc_cli(*args: str) -> tuple[float, subprocess.CompletedProcess]:
+    t = time.perf_counter()
+    r = subprocess.run([sys.executable, "-m", "compiler", *args], capture_output=True, text=True, cwd=ROOT)
+    return time.perf_counter() - t, r
+
+
+def import_and_compile(m: dict) -> None:
+    """gc import and gc compile --params, as a user runs them: the seconds each takes."""
+    d = Path(m["dir"])
+    seconds, r = gc_cli("import", str(d / "model.onnx"), "-o", str(d / "model.gir"))
+    if r.returncode:
+        raise RuntimeError(f"gc import failed: {r.stderr.strip()[-400:]}")
+    m["import_s"] = seconds
+    args = ["compile", str(d / "model.gir"), "-o", str(d / "model.gcpkg"), "--stats", str(d / "stats.json")]
+    if (d / "model.npz").exists():
+        args += ["--params", str(d / "model.npz")]
+    seconds, r = gc_cli(*args)
+    if r.returncode:
+        raise RuntimeError(f"gc compile failed: {r.stderr.strip()[-400:]}")
+    m["compile_s"] = seconds
+    stats = json.loads((d / "stats.json").read_text())
+    m["kernels"] = stats["num_kernels"]
+    m["arena_mb"] = stats["arena_bytes"] / 1e6
+
+
+# --- workers: one framework, one model, one round, in a process of its own --------------------------------
+
+
+def run_gc(d: Path, x: np.ndarray, quick: bool, profile: bool) -> dict:
+    import compiler
+
+    model = compiler.load(d / "model.gcpkg")
+    out = {**measure(lambda: model(x), quick), "first": model(x)[0]}
+    if profile:
+        p = model.profile(x, repeat=5 if quick else 20, warmup=2)
+        out["profile"] = [{"kernel": r.name, "ops": ",".join(r.ops), "schedule": r.schedule, "us": round(r.us, 1),
+                           "gflops": round(r.gflops, 1), "gbs": round(r.gbytes, 1), "loc": r.loc}
+                          for r in p.top(8)]
+        out["kernels_us"] = p.kernels_us
+    return out
+
+
+def run_ort(d: Path, x: np.ndarray, quick: bool, threads: int) -> dict:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.inter_op_num_threads = 1
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    sess = ort.InferenceSession(str(d / "model.onnx"), opts, providers=["CPUExecutionProvider"])
+    feeds = {sess.get_inputs()[0].name: x}
+    return {**measure(lambda: sess.run(None, feeds), quick), "first": sess.run(None, feeds)[0]}
+
+
+def run_torch(name: str, d: Path, x: np.ndarray, quick: bool, threads: int) -> dict:
+    import torch
+
+    torch.set_num_threads(threads)
+    tv = import_torchvision()
+    model = getattr(tv.models, name)(weights=None)
+    model.load_state_dict(torch.load(d / "state.pt"))
+    model.eval()
+    xt = torch.from_numpy(x)
+    with torch.inference_mode():
+        return {**measure(lambda: model(xt), quick), "first": model(xt).numpy()}
+
+
+def worker(framework: str, name: str, d: Path, quick: bool, threads: int, profile: bool, out: Path) -> None:
+    x, ref = np.load(d / "input.npy"), np.load(d / "reference.npy")
+    try:
+        if framework == "gc":
+            r = run_gc(d, x, quick, profile)
+        elif framework == "ort":
+            r = run_ort(d, x, quick, threads)
+        else:
+            r = run_torch(name, d, x, quick, threads)
+        r["max_err"] = check(r.pop("first"), ref)
+    except Exception as e:  # noqa: BLE001 (reported in the table)
+        traceback.print_exc()
+        r = {"error": brief(e)}
+    out.write_text(json.dumps(r))
+
+
+# --- the parent -------------------------------------------------------------------------------------------
+
+
+def cpu_line() -> str:
+    """The CPU model and the ISA the figures were taken with."""
+    try:
+        name = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        name = platform.processor() or "unknown CPU"
+    from compiler.codegen.target import cpu
+
+    c = cpu()
+    isa = "AVX-512" if c.vector_bytes == 64 else "AVX2" if c.vector_bytes == 32 else "SSE"
+    return f"{name} (LLVM {c.name}, {isa}, {c.registers} vector registers, L2 {c.l2 >> 10} KiB, {c.cores} cores)"
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--only", default=",".join(MODELS), help=f"models (default: all of {', '.join(MODELS)})")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--quick", action="store_true", help="few repeats per number")
+    p.add_argument("--profile", action="store_true", help="also gc's eight slowest kernels of each model")
+    p.add_argument("--json", metavar="FILE")
+    p.add_argument("--cache", default=str(Path.home() / ".cache" / "gc" / "zoo"))
+    p.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)  # framework, model, result path
+    args = p.parse_args(argv)
+    if args.worker:
+        framework, name, out = args.worker
+        worker(framework, name, Path(args.cache) / name, args.quick, args.threads, args.profile, Path(out))
+        return 0
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = [n for n in names if n not in MODELS]
+    if unknown:
+        p.error(f"--only: unknown model {unknown[0]!r}; choose from {', '.join(MODELS)}")
+    cache = Path(args.cache)
+    load = os.getloadavg()[0]
+    models = []
+    for n in names:
+        print(f"zoo: preparing {n}", file=sys.stderr, flush=True)
+        try:
+            m = prepare(n, cache)
+            import_and_compile(m)
+        except Exception as e:  # noqa: BLE001 (one model failing must not stop the others)
+            traceback.print_exc()
+            m = {"name": n, "error": brief(e)}
+        models.append(m)
+    env = {**os.environ, **{k: str(args.threads) for k in ("TVM_NUM_THREADS", "OMP_NUM_THREADS",
+                                                            "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
+    frameworks = ["gc", "ort", "torch"]
+    with tempfile.TemporaryDirectory(prefix="gc-zoo-") as tmp:
+        for m in (m for m in models if "error" not in m):
+            runs: dict[str, list[dict]] = {f: [] for f in frameworks}
+            for r in range(args.rounds):
+                for f in frameworks[r % 3:] + frameworks[: r % 3]:
+                    print(f"zoo: {m['name']}: {f} (round {r + 1} of {args.rounds})", file=sys.stderr, flush=True)
+                    out = Path(tmp) / f"{m['name']}-{f}-{r}.json"
+                    cmd = [sys.executable, __file__, "--worker", f, m["name"], str(out), "--cache", str(cache),
+                           "--threads", str(args.threads)] + (["--quick"] if args.quick else []) + \
+                          (["--profile"] if args.profile and f == "gc" and r == 0 else [])
+                    subprocess.run(cmd, env=env)
+                    runs[f].append(json.loads(out.read_text()) if out.exists() else {"error": "the worker crashed"})
+            for f, rs in runs.items():
+                ok = [x for x in rs if "seconds" in x]
+                m[f] = {"ms": statistics.median(x["seconds"] for x in ok) * 1e3 if ok else None,
+                        "rounds_ms": [round(x["seconds"] * 1e3, 3) for x in ok],
+                        "max_err": max((x["max_err"] for x in ok), default=None),
+                        "error": next((x["error"] for x in rs if "error" in x), None)}
+                if f == "gc" and rs and "profile" in rs[0]:
+                    m["profile"] = rs[0]["profile"]
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print(f"\ngc model zoo, {date}: {cpu_line()}, {args.threads} threads per framework, {args.rounds} rounds, "
+          f"load average {load:.1f} before\n")
+    print("| model | gc ms | ONNX Runtime ms | torch eager ms | gc / ORT | kernels | compile s | max error |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for m in models:
+        if "error" in m:
+            print(f"| {m['name']} | {m['error']} |")
+            continue
+        g, o, t = (m[f]["ms"] for f in frameworks)
+        cells = [f"{v:.2f}" if v else (m[f]["error"] or "n/a") for v, f in zip((g, o, t), frameworks)]
+        ratio = f"{g / o:.2f}" if g and o else "-"
+        err = f"{m['gc']['max_err']:.1e}" if m["gc"]["max_err"] is not None else "-"
+        print(f"| {m['name']} | {cells[0]} | {cells[1]} | {cells[2]} | {ratio} | {m['kernels']} | "
+              f"{m['compile_s']:.1f} | {err} |")
+    for m in models:
+        for row in m.get("profile", []):
+            if row is m["profile"][0]:
+                print(f"\n{m['name']}: gc's slowest kernels")
+            print(f"  {row['us']:9.1f} us  {row['gflops']:7.1f} GFLOP/s  {row['gbs']:6.1f} GB/s  {row['schedule']:8s} "
+                  f"{row['kernel']} ({row['ops']}) {row['loc']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"date": date, "cpu": cpu_line(), "threads": args.threads,
+                                               "rounds": args.rounds, "load_average": load, "models": models},
+                                              indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

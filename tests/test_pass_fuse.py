@@ -258,3 +258,38 @@ def test_fusion_keeps_outputs_and_makes_no_cycle(module: Module, max_ops: int) -
     assert str(parse(text)) == text
     fuse(module, f"fuse{{max-ops={max_ops}}}")
     assert str(module) == text
+
+
+DIAMONDS = {
+    # SiLU: the product reads the matmul's result and its sigmoid; hardswish: x * clip(x + 3, 0, 6) / 6.
+    "silu": "  %g = graph.sigmoid(%y)\n  %z = graph.mul(%y, %g)\n  return %z\n",
+    "hardswish": ("  %t = graph.add(%y, %three)\n  %r = graph.clip(%t) {min = 0.0, max = 6.0}\n"
+                  "  %q = graph.div(%r, %six)\n  %z = graph.mul(%y, %q)\n  return %z\n"),
+}
+
+
+@pytest.mark.parametrize("name", list(DIAMONDS))
+def test_an_epilogue_whose_branches_meet_again_fuses_into_the_anchor(name: str) -> None:
+    text = ("func @main(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>) -> tensor<4x16xf32> {\n"
+            "  %three = graph.constant {value = dense<3.0> : tensor<f32>}\n"
+            "  %six = graph.constant {value = dense<6.0> : tensor<f32>}\n"
+            "  %y = graph.matmul(%x, %w)\n" + DIAMONDS[name] + "}\n")
+    module = parse(text)
+    want = run(module, inputs(module))
+    fuse(module)
+    (k,) = kernels(module)
+    assert [op.name.split(".")[1] for op in k.ops if op.name != "graph.constant"][0] == "matmul"
+    assert [op.name for op in module["main"].ops if op.name != "graph.constant"] == ["graph.call"]  # all in it
+    np.testing.assert_allclose(run(module, inputs(parse(text)))[0], want[0], rtol=1e-6)
+
+
+def test_a_diamond_that_does_not_close_is_left_alone() -> None:
+    """%y also leaves the function: the branches do not close on one op, so the anchor keeps no epilogue
+    it would have to recompute."""
+    text = ("func @main(%x: tensor<4x8xf32>, %w: tensor<8x16xf32>) -> (tensor<4x16xf32>, tensor<4x16xf32>) {\n"
+            "  %y = graph.matmul(%x, %w)\n  %g = graph.sigmoid(%y)\n  %z = graph.mul(%y, %g)\n"
+            "  return %z, %y\n}\n")
+    module = parse(text)
+    fuse(module)
+    assert all([op.name for op in k.ops] != ["graph.matmul", "graph.sigmoid", "graph.mul"] for k in kernels(module))
+    assert not any(op.name == "graph.matmul" for k in kernels(module) for op in k.ops)

@@ -656,3 +656,48 @@ def test_a_pool_to_one_pixel_is_left_to_the_rows_rule() -> None:
     assert [c["schedule"] for c in model.plan["calls"]] != ["pool"]
     x = rand((1, 128, 4, 4))
     np.testing.assert_allclose(model(x)[0], interpret(parse(text), {"x": x})[0], rtol=1e-5, atol=1e-6)
+
+
+# --- depthwise convolution (MobileNet, EfficientNet) ---------------------------------------------------
+
+
+def compile_gir(text: str, weights: tuple[str, ...] = ()):
+    """A GIR module compiled for the CPU (weights named in `weights` bound), its result on random inputs,
+    the interpreter's, and the schedule rule of every kernel."""
+    import compiler
+    from compiler.inputs import random_inputs
+
+    module = compiler.parse(text)
+    inputs = random_inputs(module["main"], 0, module)
+    want = compiler.run(module, inputs)
+    model = compiler.compile(text, "llvm", params={k: inputs[k] for k in weights})
+    got = model(**{k: v for k, v in inputs.items() if k not in weights})
+    return got, want, [c["schedule"] for c in model.plan["calls"] if "kernel" in c]
+
+
+def depthwise_gir(c: int, h: int, w: int, k: int, s: int, mult: int = 1, epilogue: str = "clip", dil: int = 1) -> str:
+    p = dil * (k // 2)
+    oh, ow = ((n + 2 * p - dil * (k - 1) - 1) // s + 1 for n in (h, w))
+    o = c * mult
+    y = f"graph.conv2d(%x, %w, %b) {{strides = [{s}, {s}], padding = [{p}, {p}, {p}, {p}], dilations = [{dil}, {dil}], groups = {c}}}"
+    tail = {"clip": "  %z = graph.clip(%y) {min = 0.0, max = 6.0}\n  return %z\n",
+            "none": "  return %y\n",
+            "silu": "  %g = graph.sigmoid(%y)\n  %z = graph.mul(%y, %g)\n  return %z\n"}[epilogue]
+    return (f"func @main(%x: tensor<1x{c}x{h}x{w}xf32>, %w: tensor<{o}x1x{k}x{k}xf32>, %b: tensor<{o}xf32>) "
+            f"-> tensor<1x{o}x{oh}x{ow}xf32> {{\n  %y = {y}\n{tail}}}\n")
+
+
+@pytest.mark.parametrize("c,h,w,k,s,mult,epilogue,dil", [
+    (16, 12, 12, 3, 1, 1, "clip", 1),  # MobileNetV2's 3x3, ReLU6 fused
+    (8, 13, 13, 3, 2, 1, "clip", 1),  # stride 2 on an odd map: columns split by parity
+    (12, 14, 14, 5, 1, 1, "silu", 1),  # EfficientNet's 5x5, SiLU fused
+    (12, 28, 28, 5, 2, 1, "none", 1),
+    (24, 7, 7, 3, 1, 1, "clip", 1),  # a 7-pixel row: one short vector
+    (8, 40, 40, 3, 1, 1, "none", 1),  # a row in segments
+    (4, 9, 9, 3, 1, 2, "clip", 1),  # a channel multiplier of 2
+    (8, 12, 12, 3, 1, 1, "none", 2),  # dilation 2
+])
+def test_depthwise_convolutions_take_the_depthwise_rule(c, h, w, k, s, mult, epilogue, dil) -> None:
+    got, want, rules = compile_gir(depthwise_gir(c, h, w, k, s, mult, epilogue, dil), ("w", "b"))
+    assert rules == ["depthwise"]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)

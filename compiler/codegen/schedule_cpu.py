@@ -14,7 +14,7 @@ import numpy as np
 from tvm import s_tir, tirx
 from tvm.ir.expr import TensorLoad
 
-from compiler.codegen.cpu_rules import conv2d, matmul, pool, reduction, rewrite
+from compiler.codegen.cpu_rules import conv2d, depthwise, matmul, pool, reduction, rewrite
 from compiler.codegen.cpu_rules.common import Context, extent
 from compiler.codegen.sblocks import blocks, inline_spatial, is_spatial, leading_spatial_loops, sub_expressions
 
@@ -25,8 +25,8 @@ VECTOR = 16  # f32 lanes of two AVX2 registers; LLVM splits wider vectors as nee
 FAST_MATH_KINDS = ("reduction", "out-elementwise-fusable")
 
 RULES = {
-    "out-elementwise-fusable": [("matmul", matmul.apply), ("conv2d", conv2d.apply), ("pool", pool.apply),
-                                ("rows", reduction.apply)],
+    "out-elementwise-fusable": [("matmul", matmul.apply), ("conv2d", conv2d.apply), ("depthwise", depthwise.apply),
+                                ("pool", pool.apply), ("rows", reduction.apply)],
     "reduction": [("rows", reduction.apply), ("columns", reduction.apply_columns)],
 }
 

@@ -95,6 +95,7 @@ class Fuse(Pass):
         """Partition the fusable ops of `f` into groups, by the three phases above."""
         uses = f.users()
         home: dict[Op, Group] = {}
+        pos = {op: i for i, op in enumerate(f.ops)}
 
         def joinable(op: Op | None, g: Group, kinds: frozenset[str]) -> bool:
             """Not grouped yet, of one of `kinds`, room left in `g`, and every user already in `g`."""
@@ -106,7 +107,7 @@ class Fuse(Pass):
         for op in f.ops:  # phase 1: anchors, their epilogue chains, a transposed matmul operand
             if op not in home and self.kind(op) == ANCHOR:
                 g = _start(op, home, open=False)
-                self.extend_forward(g, uses, home)
+                self.extend_forward(g, uses, home, pos)
                 for v in op.operands if op.name == "graph.matmul" else ():
                     if _swaps_last_two(v.owner) and joinable(v.owner, g, frozenset({"injective"})):
                         g.add(v.owner, home)  # read in place by the matmul: never materialized
@@ -114,7 +115,7 @@ class Fuse(Pass):
             if op in home or self.kind(op) != "reduction":
                 continue
             g = _start(op, home, open=False)
-            self.extend_forward(g, uses, home)
+            self.extend_forward(g, uses, home, pos)
             while True:  # one at a time: a producer may qualify only once another has joined
                 p = next((p for p in _producers(g) if joinable(p, g, EPILOGUE)), None)
                 if p is None:
@@ -131,15 +132,42 @@ class Fuse(Pass):
                 _start(op, home, open=True)
         return list(dict.fromkeys(home.values()))
 
-    def extend_forward(self, g: Group, uses: dict, home: dict[Op, Group]) -> None:
-        """Append elementwise/broadcast ops while the output has one user: an epilogue chain."""
+    def extend_forward(self, g: Group, uses: dict, home: dict[Op, Group], pos: dict[Op, int]) -> None:
+        """Append elementwise/broadcast ops while the output has one user (an epilogue chain), or while
+        several users meet again in one op: SiLU's x * sigmoid(x), hardswish's x * relu6(x + 3) / 6."""
         while len(g.members) < self.max_ops:
             users = {u for u, _ in uses.get(g.output.result, [])}
             u = users.pop() if len(users) == 1 else None
-            if u is None or u in home or self.kind(u) not in EPILOGUE:
+            if u is None:
+                closing = self.diamond(g, uses, home, pos)
+                if not closing:
+                    return
+                for op in closing:
+                    g.add(op, home)
+                g.output = closing[-1]
+                continue
+            if u in home or self.kind(u) not in EPILOGUE:
                 return
             g.add(u, home)
             g.output = u
+
+    def diamond(self, g: Group, uses: dict, home: dict[Op, Group], pos: dict[Op, int]) -> list[Op]:
+        """The shortest run of epilogue ops after the output, in program order, that closes on one op: every
+        member but the last used only inside the group. [] if there is none within max_ops."""
+        order: dict[Op, int] = {}
+        todo = [g.output]
+        while todo:  # the epilogue ops reachable from the output, within reach of max_ops
+            for u, _ in uses.get(todo.pop().result, []):
+                if u not in order and u not in home and self.kind(u) in EPILOGUE and len(order) < self.max_ops:
+                    order[u] = pos[u]
+                    todo.append(u)
+        ranked = sorted(order, key=order.get)
+        for end in range(1, min(len(ranked), self.max_ops - len(g.members)) + 1):
+            run = ranked[:end]
+            inside = set(g.members) | set(run)
+            if all(all(u in inside for u, _ in uses.get(m.result, [])) for m in [*g.members, *run[:-1]]):
+                return run
+        return []
 
 
 def _swaps_last_two(op: Op | None) -> bool:

@@ -105,24 +105,32 @@ def _inline_calls(module: Module, f: Func) -> None:
 
 
 def _outline(module: Module, f: Func, taken: set[str]) -> list[Func]:
-    """Every op that is not a constant or a kernel call becomes a call of a one-op kernel function."""
+    """Every op that is not a constant or a kernel call becomes a call of a one-op kernel function. A
+    constant only that op reads moves into the kernel, as fuse does for its groups: the schedule may then
+    read it in a packed layout made once at build time (a lone matmul's bound weights)."""
     out = []
-    for i, op in enumerate(list(f.ops)):
-        if op.name == "graph.constant" or isinstance(op, Call):
+    uses = f.users()
+    for op in list(f.ops):
+        if op.kind == "constant" or isinstance(op, Call):
             continue
-        args = [Value(v.type, v.name) for v in op.operands]
+        own = {v for v in op.operands if v.owner is not None and v.owner.kind == "constant"
+               and len(uses.get(v, [])) == 1 and v not in f.results}
+        inner = {v: type(v.owner)([], dict(v.owner.attrs), [v.type], v.owner.loc) for v in own}
+        args = {v: Value(v.type, v.name) for v in op.operands if v not in own}
         name = unique_name(op.name.split(".", 1)[-1], taken)
-        k = Func(name, args, [r.type for r in op.results], op.loc)
+        k = Func(name, list(args.values()), [r.type for r in op.results], op.loc)
         k.attrs = {"kernel": True}
-        moved = type(op)(args, dict(op.attrs), [r.type for r in op.results], op.loc)
-        k.ops = [moved]
+        operands = [args[v] if v in args else inner[v].result for v in op.operands]
+        moved = type(op)(operands, dict(op.attrs), [r.type for r in op.results], op.loc)
+        k.ops = [*inner.values(), moved]
         k.results = list(moved.results)
         for r, m in zip(op.results, moved.results):
             m.name = r.name
-        call = Call(list(op.operands), {"callee": SymbolRef(name)}, [r.type for r in op.results], op.loc)
+        call = Call(list(args), {"callee": SymbolRef(name)}, [r.type for r in op.results], op.loc)
         for r, c in zip(op.results, call.results):
             c.name = r.name
-        f.ops[i] = call
+        f.ops[f.ops.index(op)] = call
+        f.ops = [o for o in f.ops if not (o.kind == "constant" and o.result in own)]
         for r, c in zip(op.results, call.results):
             f.replace_all_uses(r, c)
         module.add(k)

@@ -293,3 +293,17 @@ def test_a_diamond_that_does_not_close_is_left_alone() -> None:
     fuse(module)
     assert all([op.name for op in k.ops] != ["graph.matmul", "graph.sigmoid", "graph.mul"] for k in kernels(module))
     assert not any(op.name == "graph.matmul" for k in kernels(module) for op in k.ops)
+
+
+def test_an_anchor_result_spread_over_a_larger_tensor_stays_out_of_its_kernel() -> None:
+    """Squeeze-and-excitation: the conv's 1x1 map scales the 8x8 one. Fused, the conv would be computed
+    again for each of the 64 pixels it scales; its sigmoid (same shape) still joins it."""
+    text = ("func @main(%x: tensor<1x16x8x8xf32>, %w: tensor<16x16x1x1xf32>) -> tensor<1x16x8x8xf32> {\n"
+            "  %p = graph.reduce_mean(%x) {axes = [2, 3], keepdims = true}\n"
+            "  %c = graph.conv2d(%p, %w)\n  %s = graph.sigmoid(%c)\n  %y = graph.mul(%x, %s)\n  return %y\n}\n")
+    module = parse(text)
+    want = run(module, inputs(module))
+    fuse(module)
+    groups = [[op.name.split(".")[1] for op in k.ops] for k in kernels(module)]
+    assert ["conv2d", "sigmoid"] in groups and not any("conv2d" in g and "mul" in g for g in groups)
+    np.testing.assert_allclose(run(module, inputs(parse(text)))[0], want[0], rtol=1e-6)

@@ -272,6 +272,8 @@ def conv_loops(x, w, stride, pad) -> np.ndarray:
         # Over 32 input channels the input is packed NCHW16c: from the pad stage, or copied when none pads.
         (1, 48, 6, 6, 16, 1, 1, 0, True, "conv2d"),
         (2, 64, 9, 9, 16, 3, 2, 1, False, "conv2d"),
+        (1, 16, 13, 13, 40, 1, 1, 0, True, "conv2d"),  # 40 channels: one (half) vector a block, 12-pixel flat tiles
+        (1, 8, 11, 11, 24, 3, 1, 1, False, "conv2d"),  # 24 channels on a prime row
         (1, 4, 5, 5, 6, 3, 1, 0, False, "rows"),  # 6 output channels: no vector block; dot products
     ],
 )

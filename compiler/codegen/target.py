@@ -74,13 +74,22 @@ def _cpu_features(mcpu: str) -> frozenset[str]:
         return frozenset()
 
 
+# Instruction-set extensions LLVM may use for ordinary code (vector and scalar arithmetic, bit tricks);
+# system instructions (mwaitx, pku, wbnoinvd, ...) a CPU's name also implies are never emitted unasked,
+# and a VM often hides them: they do not decide where an artifact runs.
+CODEGEN_FEATURES = ("sse", "ssse3", "avx", "fma", "f16c", "bmi", "popcnt", "lzcnt", "movbe", "adx", "aes",
+                    "pclmul", "sha", "vaes", "vpclmulqdq", "gfni", "amx", "cx8", "cx16", "cmov", "mmx", "x87",
+                    "crc32", "sahf", "prfchw", "tbm", "xop", "fma4")
+
+
 def target_features(target: dict) -> list[str]:
-    """The instruction-set features code built for an llvm `target` may use (its CPU's, less `mattr`'s
-    -feature, plus its +feature), as far as they are hardware features cpuid reports (not tuning flags)."""
+    """The instruction-set extensions code built for an llvm `target` may use (its CPU's, less `mattr`'s
+    -feature, plus its +feature): hardware features cpuid reports, of the kinds in CODEGEN_FEATURES."""
     feats = set(_cpu_features(target.get("mcpu", "generic")))
     for a in target.get("mattr", []):
         (feats.discard if a.startswith("-") else feats.add)(a[1:])
     known = host_features()
+    feats = {f for f in feats if f.startswith(CODEGEN_FEATURES)}
     return sorted(f for f in feats if f in known) if known else sorted(feats)
 
 

@@ -153,7 +153,9 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
         _pixel_tile(sch, conv, out, pad, vl)
         return True
     cb = _divisor(ci, (16, 32, 8, 24, 12, 4, 6, 3, 2))
-    px = flat_tile(n * (o // ob), oh * ow) if ow % 4 != 0 and ob == 2 * vl else 0
+    # One vector of channels (24 or 1000 channels on AVX-512: 8-lane vectors, one a block) takes twice the
+    # pixels, for as many accumulators.
+    px = flat_tile(n * (o // ob), oh * ow, FLAT_TILE * 2 * vl // ob) if ow % 4 != 0 and ob in (vl, 2 * vl) else 0
     flat = px > 0
     tail = flat and (oh * ow) % px != 0
     if not flat:
@@ -263,15 +265,15 @@ def _pixel_tile(sch: s_tir.Schedule, conv, out, pad, vl: int) -> None:
         _pad_loops(sch, pad)
 
 
-def flat_tile(chunks: int, pixels: int) -> int:
+def flat_tile(chunks: int, pixels: int, per: int = FLAT_TILE) -> int:
     """Pixels a tile of the flattened map takes (rows that 4 does not divide: ResNet's 14x14 and 7x7), 0 for
     none. FLAT_TILE pixels x 16 channels make 12 accumulators, which keep both FMA pipes busy (8 leave
     them waiting on FMA latency): 256->256 at 14x14 2667 -> 2518 us, 512->512 at 7x7 3754 -> 3410 us on
     one thread. Where the map is no multiple of it, the tile of the last pixels is cut short, which
     the parallel loop must not cross: the convolution then needs `chunks` (images x output-channel
     blocks) to keep every core busy."""
-    if pixels % FLAT_TILE == 0 or chunks >= 2 * _cores():
-        return FLAT_TILE
+    if pixels % per == 0 or chunks >= 2 * _cores():
+        return per
     return 4 if pixels % 4 == 0 else 0
 
 

@@ -33,9 +33,11 @@ def leading_spatial_loops(sch: s_tir.Schedule, b) -> list:
 
 def inline_spatial(sch: s_tir.Schedule, bs: list, keep_costly: int | None = None) -> None:
     """Inline the spatial blocks of `bs` into their consumers where TVM allows it. With `keep_costly`, a
-    block whose expression has more nodes than that and which a consumer reads more than once stays a
-    stage of its own: inlining copies it at every read, and a chain of such ops (maximum reads each
-    operand three times) would grow exponentially."""
+    block whose expression has more nodes than that and whose copies a consumer's extra reads would add
+    more than REREAD_NODES x that stays a stage of its own: inlining copies it at every read, and a chain
+    of such ops (maximum reads each operand three times) would grow exponentially. A ReLU's two reads of
+    a fused batch_norm are cheap to copy (and LLVM merges them); storing the batch_norm to memory and
+    reading it back is not (DenseNet's concat + batch_norm + relu: 2.5x slower kept)."""
     for b in bs:
         if not is_spatial(sch, b) or (keep_costly is not None and _costly_reread(sch, b, keep_costly)):
             continue
@@ -50,7 +52,11 @@ def _costly_reread(sch: s_tir.Schedule, b, limit: int) -> bool:
     if not hasattr(body, "value") or _count(body.value, limit + 1) <= limit:
         return False
     buf = sch.get(b).writes[0].source
-    return any(_reads(sch.get(c).body, buf) > 1 for c in sch.get_consumers(b))
+    size = _count(body.value, REREAD_NODES * limit)
+    return any((_reads(sch.get(c).body, buf) - 1) * size > REREAD_NODES * limit for c in sch.get_consumers(b))
+
+
+REREAD_NODES = 8  # nodes a reread may add by inlining, in units of keep_costly's
 
 
 def sub_expressions(e):
@@ -77,6 +83,8 @@ def _count(e, cap: int, buf=None) -> int:
 
 
 def _reads(stmt, buf) -> int:
-    """How many loads of `buf` a block's body (a store) holds."""
+    """How many loads of `buf` a block's body (a store) holds. Loads of one element count each time: LLVM
+    merges them, but inlining copies the producer's whole expression into each, and a chain of such ops
+    would grow the TIR (and the compile) exponentially."""
     value = getattr(stmt, "value", None)
     return _count(value, 1 << 16, buf) if value is not None else 0

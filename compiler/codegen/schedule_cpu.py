@@ -105,7 +105,7 @@ def _fallback(sch: s_tir.Schedule) -> None:
             j = _transposed_partner(sch, b, loops)
             if j is not None:
                 _tile_transpose(sch, loops, j)
-            else:
+            elif not _split_at_conditions(sch, b, loops):
                 _parallel_vectorize(sch, b, loops)
         else:
             _parallel_outer(sch, b, loops)
@@ -147,6 +147,35 @@ def _tile_transpose(sch: s_tir.Schedule, loops, j: int) -> None:
     sch.parallel(sch.fuse(*rest, jo))
     sch.unroll(ji)
     sch.vectorize(li)
+
+
+def _split_at_conditions(sch: s_tir.Schedule, b, loops) -> bool:
+    """A block choosing what it reads by outer indices only (a concat along channels: which operand a plane
+    comes from): the loops up to the last such index run in parallel, the rest as one vector loop, so the
+    choice is made once a plane and the plane is a plain copy (DenseNet's concat + batch_norm + relu of 8
+    operands of 32x28x28: 571 -> 25 us). False where there is no such choice."""
+    blk = sch.get(b)
+    ivs = [iv.var for iv in blk.iter_vars]
+    if len(ivs) != len(loops) or len(ivs) < 2:
+        return False
+    conds = [x.args[0] for x in sub_expressions(blk.body.value)
+             if getattr(getattr(x, "op", None), "name", "") == "prim.if_then_else"]
+    if not conds:
+        return False
+    used = [k for k, v in enumerate(ivs) if any(any(y.same_as(v) for y in sub_expressions(c)) for c in conds)]
+    last = max(used)
+    if last == len(ivs) - 1:
+        return False  # the choice varies along the innermost loop: the generic schedule
+    outer = sch.fuse(*loops[: last + 1]) if last else loops[0]
+    inner = sch.fuse(*loops[last + 1 :]) if last + 1 < len(loops) - 1 else loops[-1]
+    sch.parallel(outer)
+    n = extent(sch, inner) or 0
+    if n % VECTOR == 0 or n > 4 * VECTOR:  # whole vectors, or the widest piece of a row that divides it
+        width = max(d for d in range(1, min(n, 4 * VECTOR) + 1) if n % d == 0) if n % VECTOR else VECTOR
+        inner = sch.split(inner, [None, width])[1] if width < n else inner
+    if n > 1:
+        sch.vectorize(inner)
+    return True
 
 
 def _parallel_vectorize(sch: s_tir.Schedule, b, loops) -> None:

@@ -216,14 +216,16 @@ class Concat(ShapeOp, name="graph.concat"):
             return te.compute(out, lambda *i: tirx.const(0, self.results[0].type.dtype.tvm), name="concat")
 
         def body(*i):
-            def read(x, off: int, n: int):
-                return x(*i[:axis], _clamp_index(i[axis] - off, 0, n - 1), *i[axis + 1 :])
+            def pick(lo: int, hi: int):
+                """The element from parts[lo:hi], by halving: log2(k) comparisons and one load. (A chain of
+                selects loaded from every operand: DenseNet's concats of 24 ran at 2-3 GB/s.)"""
+                if hi - lo == 1:
+                    x, off, _ = parts[lo]
+                    return x(*i[:axis], i[axis] - off, *i[axis + 1 :])
+                mid = (lo + hi) // 2
+                return tirx.if_then_else(i[axis] < parts[mid][1], pick(lo, mid), pick(mid, hi))
 
-            x, off, n = parts[-1]
-            y = read(x, off, n)
-            for x, off, n in reversed(parts[:-1]):
-                y = tirx.Select(i[axis] < off + n, read(x, off, n), y)
-            return y
+            return pick(0, len(parts))
 
         return te.compute(out, body, name="concat")
 

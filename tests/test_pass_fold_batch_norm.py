@@ -277,3 +277,18 @@ def test_weight_args_false_folds_only_constant_weights() -> None:
     module = parse(text)
     run_pipeline(module, "fold-batch-norm")
     assert sum(op.name == "graph.batch_norm" for op in module["main"].ops) == 0
+
+
+def test_a_batch_norm_of_constants_after_no_layer_becomes_one_multiply_add() -> None:
+    """DenseNet's pre-activation batch_norm after a concat: bound, it is x * s + t with s and t constants,
+    not a division by a square root per element."""
+    text = ("func @main(%x: tensor<1x3x4x4xf32>, %s: tensor<3xf32>, %b: tensor<3xf32>, %m: tensor<3xf32>, "
+            "%v: tensor<3xf32>) -> tensor<1x3x4x4xf32> {\n"
+            "  %r = graph.relu(%x)\n  %y = graph.batch_norm(%r, %s, %b, %m, %v) {epsilon = 0.001}\n  return %y\n}\n")
+    m = parse(text)
+    inputs = random_inputs(m["main"], 0)
+    want = run(m, inputs)[0]
+    bind_arguments(m["main"], {k: inputs[k] for k in "sbmv"})
+    assert fold(m)
+    assert [op.name for op in m["main"].ops if op.name != "graph.constant"] == ["graph.relu", "graph.mul", "graph.add"]
+    np.testing.assert_allclose(run(m, {"x": inputs["x"]})[0], want, rtol=1e-6, atol=1e-6)

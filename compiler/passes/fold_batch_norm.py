@@ -122,10 +122,26 @@ def fold_matmul(op: nn.BatchNorm, b: Builder, args: bool = True) -> Value | None
     return _named(b.add(b.matmul(mm.a, w), shift), op)
 
 
+def to_affine(op: nn.BatchNorm, b: Builder) -> Value | None:
+    """A batch_norm with constant parameters and no layer before it to fold into (DenseNet's, after each
+    concat) -> x * s + t, s and t computed here in f64: per call it would divide by a square root for
+    every element. f32/f64 only."""
+    if op.result.type.dtype not in _FLOATS or not all(isinstance(v.owner, creation.Constant) for v in op.operands[1:]):
+        return None
+    scale, bias, mean, var = (_array(p) for p in op.operands[1:])
+    s = scale / np.sqrt(var + op.epsilon)
+    channels = (op.result.type.shape[1],) + (1,) * (op.result.type.rank - 2)
+    dtype = op.result.type.dtype
+    b.loc = op.loc
+    return _named(b.add(b.mul(op.x, b.constant(s.reshape(channels), dtype)),
+                        b.constant((bias - mean * s).reshape(channels), dtype)), op)
+
+
 @dataclass
 class FoldBatchNorm(Pass):
     name = "fold-batch-norm"
-    summary = "fold an inference batch_norm into the weights and bias of the conv2d or matmul before it"
+    summary = ("fold an inference batch_norm into the weights and bias of the conv2d or matmul before it, or "
+               "(constant parameters) into one multiply-add")
 
     weight_args: bool = field(
         default=True,
@@ -135,7 +151,7 @@ class FoldBatchNorm(Pass):
     def run(self, module: Module) -> None:
         folds: Counter = Counter()
         if self.weight_args:
-            rewrite(module, [fold_conv, fold_matmul], folds)
+            rewrite(module, [fold_conv, fold_matmul, to_affine], folds)
             self.stats["batch-norms-folded"] += sum(folds.values())
             return
 
@@ -145,5 +161,5 @@ class FoldBatchNorm(Pass):
         def fold_matmul_constants(op: nn.BatchNorm, b: Builder) -> Value | None:
             return fold_matmul(op, b, args=False)
 
-        rewrite(module, [fold_conv_constants, fold_matmul_constants], folds)
+        rewrite(module, [fold_conv_constants, fold_matmul_constants, to_affine], folds)
         self.stats["batch-norms-folded"] += sum(folds.values())

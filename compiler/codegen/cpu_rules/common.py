@@ -25,6 +25,20 @@ class Context:
     prepack: dict[str, str] = field(default_factory=dict)
 
 
+def single_reduction(sch: s_tir.Schedule, spatial: int, reduce: int):
+    """(block, its iter_vars, their static extents) if the function's one reduction block has `spatial`
+    spatial iterators then `reduce` reduction ones, every extent static, and an init; else None."""
+    reductions = [b for b in blocks(sch) if any(iv.iter_type == REDUCE for iv in sch.get(b).iter_vars)]
+    if len(reductions) != 1:
+        return None
+    blk = sch.get(reductions[0])
+    ivs = list(blk.iter_vars)
+    ext = [static(iv.dom.extent) for iv in ivs]
+    if [iv.iter_type == REDUCE for iv in ivs] != [False] * spatial + [True] * reduce or None in ext or blk.init is None:
+        return None
+    return blk, ivs, ext
+
+
 def extent(sch: s_tir.Schedule, loop) -> int | None:
     ext = sch.get(loop).extent
     return int(ext) if isinstance(ext, tirx.IntImm) else None

@@ -21,12 +21,11 @@ from tvm import s_tir, tirx
 from tvm.ir.expr import TensorLoad
 
 from compiler.codegen.cpu_rules.common import (
-    REDUCE,
     Context,
     blocks,
     extent,
     lanes,
-    static,
+    single_reduction,
     try_vectorize,
     vector_dividing,
 )
@@ -70,15 +69,10 @@ class Conv:
 
 
 def match(sch: s_tir.Schedule) -> Conv | None:
-    reductions = [b for b in blocks(sch) if any(iv.iter_type == REDUCE for iv in sch.get(b).iter_vars)]
-    if len(reductions) != 1:
+    found = single_reduction(sch, 4, 3)
+    if found is None:
         return None
-    blk = sch.get(reductions[0])
-    ivs = list(blk.iter_vars)
-    kinds = [iv.iter_type == REDUCE for iv in ivs]
-    ext = [static(iv.dom.extent) for iv in ivs]
-    if kinds != [False] * 4 + [True] * 3 or None in ext or blk.init is None:
-        return None
+    blk, ivs, ext = found
     store = blk.body
     if not isinstance(store, tirx.BufferStore) or not isinstance(store.value, tirx.Add):
         return None

@@ -15,7 +15,7 @@ from __future__ import annotations
 from tvm import s_tir, tirx
 from tvm.ir.expr import TensorLoad
 
-from compiler.codegen.cpu_rules.common import REDUCE, Context, blocks, lanes, static, try_vectorize
+from compiler.codegen.cpu_rules.common import Context, blocks, lanes, single_reduction, static, try_vectorize
 from compiler.codegen.sblocks import sub_expressions
 
 
@@ -23,15 +23,10 @@ def match(sch: s_tir.Schedule):
     """(conv block name, extents, column stride, input buffer) if the single reduction is a depthwise
     convolution: n, o, oh, ow spatial, then rc (of extent 1), ry, rx; the weight read w[o, rc, ry, rx];
     the input's channel an expression of o alone (o + rc, o // m), its column ow * stride + rx * dilation."""
-    reductions = [b for b in blocks(sch) if any(iv.iter_type == REDUCE for iv in sch.get(b).iter_vars)]
-    if len(reductions) != 1:
+    found = single_reduction(sch, 4, 3)
+    if found is None or found[2][4] != 1:
         return None
-    blk = sch.get(reductions[0])
-    ivs = list(blk.iter_vars)
-    kinds = [iv.iter_type == REDUCE for iv in ivs]
-    ext = [static(iv.dom.extent) for iv in ivs]
-    if kinds != [False] * 4 + [True] * 3 or None in ext or ext[4] != 1 or blk.init is None:
-        return None
+    blk, ivs, ext = found
     if not isinstance(blk.body, tirx.BufferStore) or len(blk.body.indices) != 4:
         return None
     v = [iv.var for iv in ivs]

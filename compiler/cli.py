@@ -644,7 +644,7 @@ def cmd_compile(args) -> int:
     import json
     import time
 
-    from compiler.codegen.build import PIPELINE, bind_params, build, plan_module
+    from compiler.codegen.build import PIPELINE, PIPELINES, bind_params, build, plan_module
     from compiler.inputs import load_npz
     from compiler.parser import parse
     from compiler.pipeline import run_pipeline
@@ -662,7 +662,7 @@ def cmd_compile(args) -> int:
         raise GCError(f"no function @{args.entry} in {name}")
     if args.params:
         bind_params(module, args.entry, load_npz(args.params))
-    run_pipeline(module, PIPELINE if args.pipeline is None else args.pipeline)
+    run_pipeline(module, PIPELINES.get(args.target, PIPELINE) if args.pipeline is None else args.pipeline)
     if args.emit in ("gir", "plan"):
         if args.emit == "plan":
             plan_module(module, args.target, args.entry, concurrent=args.concurrent)

@@ -22,6 +22,8 @@ from dialects.mem import Alloc, Arena, View
 # batch_norm scales), however big, so that no call repeats it. The artifact carries the result.
 _FOLD = "fold-constants{size-limit=4294967296}"
 PIPELINE = f"canonicalize,{_FOLD},cse,fold-batch-norm{{weight-args=false}},canonicalize,{_FOLD},cse,dce,fuse"
+# The CPU's conv rule tiles output channels in vectors: a conv of 58 channels computes 64 (pad-channels).
+PIPELINES = {"llvm": PIPELINE.replace(",dce,fuse", ",pad-channels,dce,fuse"), "cuda": PIPELINE}
 
 
 def load_module(source) -> Module:
@@ -67,7 +69,7 @@ def compile(source, target: str = "llvm", *, params: dict[str, np.ndarray] | Non
     if params:
         bind_params(module, entry, params)
     _keep_reachable(module, entry)
-    run_pipeline(module, PIPELINE if pipeline is None else pipeline)
+    run_pipeline(module, PIPELINES.get(target, PIPELINE) if pipeline is None else pipeline)
     model = build(module, target, entry=entry, arch=arch, concurrent=concurrent)
     model.compile_seconds = time.perf_counter() - t0
     model.source = text

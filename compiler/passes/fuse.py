@@ -146,10 +146,16 @@ class Fuse(Pass):
                     g.add(op, home)
                 g.output = closing[-1]
                 continue
-            if u in home or self.kind(u) not in EPILOGUE or self.expands(g, u):
+            if u in home or not self.epilogue(u) or self.expands(g, u):
                 return
             g.add(u, home)
             g.output = u
+
+    def epilogue(self, op: Op) -> bool:
+        """Elementwise and broadcast ops, and the injective ops that say they read each element from one
+        place (a slice)."""
+        kind = self.kind(op)
+        return kind in EPILOGUE or (kind == "injective" and getattr(op, "fuses_as_epilogue", False))
 
     def expands(self, g: Group, op: Op) -> bool:
         """Whether `op` would spread an anchor's result over a larger tensor (squeeze-and-excitation's

@@ -298,6 +298,10 @@ def _clamp(v: int, lo: int, hi: int) -> int:
 class Slice(ShapeOp, name="graph.slice"):
     """ONNX Slice:  %y = graph.slice(%x) {starts = [1], ends = [-1], axes = [1], steps = [2]} : tensor<4x3xf32>"""
 
+    # Each element read from one place of its input: a conv or matmul may write only the slice, in its
+    # epilogue (pad-channels' padded convs), instead of the whole result and then a copy of part of it.
+    fuses_as_epilogue = True
+
     x = operand()
     starts = attribute("ints")
     ends = attribute("ints")

@@ -1,0 +1,52 @@
+"""pad-channels: a conv of an odd number of output channels computes a padded vector block and writes the
+real channels from its epilogue; what it must leave alone, it does."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import compiler
+from compiler.inputs import random_inputs
+from compiler.interpreter import run
+from compiler.parser import parse
+from compiler.pipeline import parse_pipeline, run_pipeline
+
+
+def conv(o: int, groups: int = 1) -> str:
+    c = 6 if groups == 1 else o
+    return (f"func @main(%x: tensor<1x{c}x9x9xf32>, %w: tensor<{o}x{c // groups}x3x3xf32>, %b: tensor<{o}xf32>) "
+            f"-> tensor<1x{o}x9x9xf32> {{\n  %y = graph.conv2d(%x, %w, %b) {{padding = [1, 1, 1, 1], groups = {groups}}}\n"
+            "  %z = graph.relu(%y)\n  return %z\n}\n")
+
+
+@pytest.mark.parametrize("o", [10, 58])
+def test_a_conv_of_odd_channels_takes_the_vector_rule_and_writes_only_its_channels(o: int) -> None:
+    text = conv(o)
+    module = parse(text)
+    inputs = random_inputs(module["main"], 0, module)
+    want = run(module, inputs)[0]
+    model = compiler.compile(text, "llvm", params={"w": inputs["w"], "b": inputs["b"]})
+    calls = [c for c in model.plan["calls"] if "kernel" in c]
+    assert [(c["ops"], c["schedule"]) for c in calls] == [(["conv2d", "slice", "relu"], "conv2d")]
+    np.testing.assert_allclose(model(inputs["x"])[0], want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("text", [conv(12), conv(6), conv(10, groups=10)], ids=["multiple-of-4", "few", "grouped"])
+def test_what_needs_no_padding_or_cannot_take_it_stays(text: str) -> None:
+    module = parse(text)
+    inputs = random_inputs(module["main"], 0, module)
+    from compiler.builder import bind_arguments
+
+    bind_arguments(module["main"], {"w": inputs["w"], "b": inputs["b"]})
+    before = str(module)
+    (p,) = parse_pipeline("pad-channels")
+    run_pipeline(module, [p])
+    assert str(module) == before and p.stats["convs-padded"] == 0
+
+
+def test_weights_passed_per_call_stay() -> None:
+    module = parse(conv(10))
+    (p,) = parse_pipeline("pad-channels")
+    run_pipeline(module, [p])
+    assert not any(op.name == "graph.slice" for op in module["main"].ops)

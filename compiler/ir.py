@@ -605,8 +605,8 @@ def lookup_op(name: str) -> type[Op] | None:
 
 
 def _near_attribute(key: str, known: list[str]) -> str | None:
-    """The known attribute `key` most likely means: a close spelling, or one it begins or ends like
-    (ONNX's `pads` and `kernel_shape` for GIR's `padding` and `kernel`)."""
+    """The known attribute `key` most likely means: a close spelling, or one that begins like it (ONNX's
+    `pads` for GIR's `padding`) or that its first word is (`kernel_shape` for `kernel`)."""
     import difflib
 
     close = difflib.get_close_matches(key, known, 1, cutoff=0.5)

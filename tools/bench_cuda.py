@@ -188,24 +188,19 @@ def main(argv: list[str] | None = None) -> int:
             r = {"name": b["name"], "error": bench.brief(e)}
         results["nets"].append(r)
         print(json.dumps(r), flush=True)
-    print("\n| matmul | gc us | cuBLAS us | gc TFLOP/s | cuBLAS TFLOP/s | gc / cuBLAS speed |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for r in results["matmul"]:
-        if "error" in r:
-            print(f"| {r['name']} | error: {r['error']} |")
-            continue
-        print(f"| {r['name']} | {r['gc_us']:.1f} | {r['cublas_us']:.1f} | {r['gc_tflops']:.2f} | "
-              f"{r['cublas_tflops']:.2f} | {100 * r['share']:.0f}% |")
-    print("\n| net | gc device ms | torch device ms | ratio | gc call ms | torch call ms | ratio | compile s |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for r in results["nets"]:
-        if "error" in r:
-            print(f"| {r['name']} | error: {r['error']} |")
-            continue
-        td, tc = r.get("torch_device_ms"), r.get("torch_call_ms")
-        print(f"| {r['name']} | {r['gc_device_ms']:.3f} | {td or float('nan'):.3f} | "
-              f"{r['gc_device_ms'] / td if td else float('nan'):.2f} | {r['gc_call_ms']:.3f} | "
-              f"{tc or float('nan'):.3f} | {r['gc_call_ms'] / tc if tc else float('nan'):.2f} | {r['compile_s']:.1f} |")
+    na = lambda r, k: r[k] if k in r else float("nan")  # noqa: E731 (torch absent: n/a)
+    rows = [[r["name"], f"error: {r['error']}"] + [""] * 4 if "error" in r else
+            [r["name"], f"{r['gc_us']:.1f}", f"{r['cublas_us']:.1f}", f"{r['gc_tflops']:.2f}",
+             f"{r['cublas_tflops']:.2f}", f"{100 * r['share']:.0f}%"] for r in results["matmul"]]
+    print("\n" + bench.table(["matmul", "gc us", "cuBLAS us", "gc TFLOP/s", "cuBLAS TFLOP/s", "gc / cuBLAS speed"],
+                             rows))
+    rows = [[r["name"], f"error: {r['error']}"] + [""] * 6 if "error" in r else
+            [r["name"], f"{r['gc_device_ms']:.3f}", f"{na(r, 'torch_device_ms'):.3f}",
+             f"{r['gc_device_ms'] / na(r, 'torch_device_ms'):.2f}", f"{r['gc_call_ms']:.3f}",
+             f"{na(r, 'torch_call_ms'):.3f}", f"{r['gc_call_ms'] / na(r, 'torch_call_ms'):.2f}", f"{r['compile_s']:.1f}"]
+            for r in results["nets"]]
+    print("\n" + bench.table(["net", "gc device ms", "torch device ms", "ratio", "gc call ms", "torch call ms", "ratio",
+                              "compile s"], rows))
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     return 0

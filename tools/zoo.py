@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tools"))
 
-from bench import brief, check, measure  # noqa: E402
+from bench import brief, check, measure, table  # noqa: E402
 
 MODELS = ["resnet50", "mobilenet_v2", "efficientnet_b0", "shufflenet_v2_x1_0", "squeezenet1_1", "densenet121",
           "vit_b_16"]
@@ -268,22 +268,21 @@ def main(argv: list[str] | None = None) -> int:
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(f"\ngc model zoo, {date}: {cpu_line()}, {args.threads} threads per framework, {args.rounds} rounds, "
           f"load average {load:.1f} before\n")
-    print("| model | gc ms | ONNX Runtime ms | torch eager ms | gc / ORT | kernels | compile s | max error |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    rows = []
     for m in models:
         if "error" in m:
-            print(f"| {m['name']} | {m['error']} |")
+            rows.append([m["name"], m["error"]] + [""] * 6)
             continue
         g, o, t = (m[f]["ms"] for f in frameworks)
         cells = [f"{v:.2f}" if v else (m[f]["error"] or "n/a") for v, f in zip((g, o, t), frameworks)]
-        ratio = f"{g / o:.2f}" if g and o else "-"
-        err = f"{m['gc']['max_err']:.1e}" if m["gc"]["max_err"] is not None else "-"
-        print(f"| {m['name']} | {cells[0]} | {cells[1]} | {cells[2]} | {ratio} | {m['kernels']} | "
-              f"{m['compile_s']:.1f} | {err} |")
-    for m in models:
-        for row in m.get("profile", []):
-            if row is m["profile"][0]:
-                print(f"\n{m['name']}: gc's slowest kernels")
+        err = m["gc"]["max_err"]
+        rows.append([m["name"], *cells, f"{g / o:.2f}" if g and o else "-", str(m["kernels"]),
+                     f"{m['compile_s']:.1f}", f"{err:.1e}" if err is not None else "-"])
+    print(table(["model", "gc ms", "ONNX Runtime ms", "torch eager ms", "gc / ORT", "kernels", "compile s",
+                 "max error"], rows))
+    for m in (m for m in models if m.get("profile")):
+        print(f"\n{m['name']}: gc's slowest kernels")
+        for row in m["profile"]:
             print(f"  {row['us']:9.1f} us  {row['gflops']:7.1f} GFLOP/s  {row['gbs']:6.1f} GB/s  {row['schedule']:8s} "
                   f"{row['kernel']} ({row['ops']}) {row['loc']}")
     if args.json:

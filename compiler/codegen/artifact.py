@@ -27,6 +27,7 @@ import numpy as np
 
 from compiler.diagnostics import GCError
 from compiler.ir import DType
+from compiler.parser import MAX_RANK
 
 FORMAT = "gcpkg-2"
 MEMBERS = ("plan.json", "lib.so", "consts.npz")  # and source.gir, optionally
@@ -50,7 +51,7 @@ def save(model, path: str | Path) -> None:
         # Built without a driver, the library holds the kernels' CUDA C only, not a GPU binary.
         head["cuda_source_only"] = True
     members: dict[str, bytes] = {"plan.json": json.dumps({**head, **model.plan}, indent=1).encode()}
-    lib_bytes = getattr(model, "lib_bytes", None)
+    lib_bytes = model.lib_bytes
     if lib_bytes is None:  # compiled in this process; a loaded model keeps the library it came with
         with tempfile.TemporaryDirectory() as d:
             lib = Path(d) / "lib.so"
@@ -146,7 +147,7 @@ def load(path: str | Path):
     import tvm
 
     from compiler.codegen.runtime import CompiledModel, _no_cuda_device
-    from compiler.codegen.target import missing_features
+    from compiler.codegen.target import no_cpu_features
     from compiler.inputs import restore_bf16
 
     r = _Reader(path)
@@ -159,11 +160,8 @@ def load(path: str | Path):
             if plan.get("cuda_source_only"):
                 raise r.error("it was compiled where no CUDA driver was, so it holds the kernels' CUDA C source but "
                               "no GPU binary; compile it again on this machine")
-        else:
-            missing = missing_features(plan["cpu_features"])
-            if missing:
-                raise r.error(f"it was compiled for the CPU '{target.get('mcpu')}' and uses instructions this CPU "
-                              f"lacks: {', '.join(missing)}; compile it again on this machine")
+        elif no_cpu_features(target, plan["cpu_features"]):
+            raise r.error(no_cpu_features(target, plan["cpu_features"]))
         consts = _consts(r, plan)
         source = None
         if "source.gir" in r.hashes:
@@ -229,7 +227,7 @@ def check_plan(plan, error) -> None:
         return type(x) is int and x >= lo
 
     def shape_ok(s) -> bool:
-        return isinstance(s, list) and len(s) <= 32 and all(is_int(d) for d in s)
+        return isinstance(s, list) and len(s) <= MAX_RANK and all(is_int(d) for d in s)
 
     def dtype_ok(d) -> bool:
         try:

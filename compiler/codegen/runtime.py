@@ -1,7 +1,8 @@
 """The compiled model: kernels called in order on buffers allocated once.
 
 Per call there is no Python loop that allocates: inputs are passed zero-copy (DLPack), intermediate
-buffers were allocated at load time, and only the returned arrays are new.
+buffers live in a workspace allocated by the first call and reused (one per call in flight), and only
+the returned arrays are new.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class CompiledModel:
     Many threads may call one model at once: each call in flight takes a workspace of its own (the arena
     and its views, zero-bordered buffers, staging for inputs, CUDA streams) from a pool, and gives it
     back when it returns; the constants are shared. The pool grows to the number of calls ever in flight
-    together, so a single-threaded caller allocates once, at load time."""
+    together, so a single-threaded caller allocates once, at its first call."""
 
     def __init__(self, lib, plan: dict, consts: dict[str, np.ndarray], target: dict):
         import tvm

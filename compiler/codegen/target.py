@@ -99,13 +99,15 @@ def missing_features(features: list[str]) -> list[str]:
     return [f for f in features if known.get(f) is False]
 
 
-def no_cpu_features(target: dict) -> str | None:
-    """Why code for an llvm `target` cannot run here (instructions this CPU lacks), or None."""
-    missing = missing_features(target_features(target))
+def no_cpu_features(target: dict, features: list[str] | None = None) -> str | None:
+    """Why code for an llvm `target` cannot run here (instructions this CPU lacks), or None. `features`:
+    what the code may use as recorded in an artifact (default: what the target implies)."""
+    missing = missing_features(target_features(target) if features is None else features)
     if not missing:
         return None
-    return (f"it was compiled for the CPU '{target.get('mcpu')}' and uses instructions this CPU ({_system_cpu()}) "
-            f"lacks: {', '.join(missing)}; compile it again on this machine (or for an older CPU with GC_CPU)")
+    return (f"it was compiled for the CPU '{target.get('mcpu')}' and uses instructions this CPU lacks: "
+            f"{', '.join(missing)}; compile it again on this machine (this CPU is '{_system_cpu()}'; GC_CPU names "
+            "an older one to build for)")
 
 
 @dataclass(frozen=True)
@@ -116,7 +118,6 @@ class Cpu:
     name: str
     vector_bytes: int  # 64 with AVX-512, 32 with AVX2 (or AVX), 16 otherwise
     registers: int  # vector registers: 32 with AVX-512, 16 otherwise
-    fma: bool
     l1d: int  # bytes of L1 data cache a core has
     l2: int  # bytes of L2 a core has
     cores: int
@@ -134,7 +135,7 @@ def cpu(mcpu: str | None = None) -> Cpu:
     import tvm
 
     name = mcpu or host_cpu()
-    vector, registers, fma = 16, 16, False
+    vector, registers = 16, 16
     try:
         t = tvm.target.Target(llvm_target(name))
         has = tvm.target.codegen.llvm_cpu_has_features
@@ -142,10 +143,9 @@ def cpu(mcpu: str | None = None) -> Cpu:
             vector, registers = 64, 32
         elif has(["avx2"], t) or has(["avx"], t):
             vector = 32
-        fma = bool(has(["fma"], t))
     except Exception:  # noqa: BLE001 (an LLVM without the query: assume SSE)
         pass
-    return Cpu(name, vector, registers, fma, _cache_bytes(1, 32 << 10), _cache_bytes(2, 512 << 10), num_cores())
+    return Cpu(name, vector, registers, _cache_bytes(1, 32 << 10), _cache_bytes(2, 512 << 10), num_cores())
 
 
 def _cache_bytes(level: int, default: int) -> int:

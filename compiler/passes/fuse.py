@@ -169,14 +169,14 @@ class Fuse(Pass):
     def diamond(self, g: Group, uses: dict, home: dict[Op, Group], pos: dict[Op, int]) -> list[Op]:
         """The shortest run of epilogue ops after the output, in program order, that closes on one op: every
         member but the last used only inside the group. [] if there is none within max_ops."""
-        order: dict[Op, int] = {}
+        reach: set[Op] = set()
         todo = [g.output]
         while todo:  # the epilogue ops reachable from the output, within reach of max_ops
             for u, _ in uses.get(todo.pop().result, []):
-                if u not in order and u not in home and self.kind(u) in EPILOGUE and len(order) < self.max_ops:
-                    order[u] = pos[u]
+                if u not in reach and u not in home and self.kind(u) in EPILOGUE and len(reach) < self.max_ops:
+                    reach.add(u)
                     todo.append(u)
-        ranked = [op for op in sorted(order, key=order.get) if not self.expands(g, op)]
+        ranked = [op for op in sorted(reach, key=pos.get) if not self.expands(g, op)]
         for end in range(1, min(len(ranked), self.max_ops - len(g.members)) + 1):
             run = ranked[:end]
             inside = set(g.members) | set(run)

@@ -1,12 +1,12 @@
 """pad-channels: a convolution whose output channels no vector divides computes a few zero channels more,
 and a slice takes back the real ones (the CPU build; weights bound).
 
-The CPU conv rule tiles output channels in vectors of 4, 8 or 16 lanes. ShuffleNetV2's 1x1 convs have 58,
-116 and 232 output channels (2 x 29): no multiple of 4, so they fell to the generic schedule (12 GFLOP/s,
-760 us for 24 -> 58 channels at 56x56 on Zen 4). With the weights constants, conv2d(x, w, b) with O output
+The CPU conv rule tiles output channels in vectors of 4, 8 or 16 lanes. ShuffleNetV2's first-stage 1x1
+convs have 58 output channels (2 x 29): no multiple of 4, so they fell to the generic schedule (12 GFLOP/s,
+765 us for 24 -> 58 channels at 56x56 on Zen 4). With the weights constants, conv2d(x, w, b) with O output
 channels becomes slice(conv2d(x, w', b'), channels [0, O)), w' and b' padded with zeros to a multiple of
-`multiple` channels: the padded conv takes the vector rule, and the slice is one copy, fused with the
-ops after it. Grouped convolutions, convolutions of fewer than 8 channels and weights passed per call
+`multiple` channels: the padded conv takes the vector rule, and fuse puts the slice in its epilogue, so
+the kernel writes only the O real channels (64 us). Grouped convolutions, convolutions of fewer than 8 channels and weights passed per call
 are left alone.
 """
 

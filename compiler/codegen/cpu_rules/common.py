@@ -39,6 +39,11 @@ def single_reduction(sch: s_tir.Schedule, spatial: int, reduce: int):
     return blk, ivs, ext
 
 
+def read_index(sch: s_tir.Schedule, block, buf) -> int:
+    """The position of `buf` among the block's reads (what cache_read and transform_layout address it by)."""
+    return next(i for i, r in enumerate(sch.get(block).reads) if r.source.same_as(buf))
+
+
 def extent(sch: s_tir.Schedule, loop) -> int | None:
     ext = sch.get(loop).extent
     return int(ext) if isinstance(ext, tirx.IntImm) else None

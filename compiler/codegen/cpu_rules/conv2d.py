@@ -25,6 +25,7 @@ from compiler.codegen.cpu_rules.common import (
     blocks,
     extent,
     lanes,
+    read_index,
     single_reduction,
     try_vectorize,
     vector_dividing,
@@ -158,7 +159,7 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     # Layouts: the input (the pad stage's buffer, or a copy of x), the weights, the accumulators.
     nchw_input = ci <= NCHW_INPUT_CHANNELS or (pad is None and oh * ow <= NCHW_SMALL_MAP)
     if pad is None and not nchw_input:
-        pad = sch.cache_read(conv, _read_index(sch, conv, c.x_buf), "global")
+        pad = sch.cache_read(conv, read_index(sch, conv, c.x_buf), "global")
     if pad is not None and not nchw_input:
         sch.transform_layout(pad, ("write", 0), lambda a, b, h, w: (a, b // cb, h, w, b % cb))
 
@@ -167,11 +168,11 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
 
     w_name = next((str(prm.name) for prm in sch.mod["main"].params if prm.same_as(c.w_buf)), None)
     if w_name in ctx.constants:  # weights fixed at build time: the builder stores them blocked
-        sch.transform_layout(conv, ("read", _read_index(sch, conv, c.w_buf)), blocked)
+        sch.transform_layout(conv, ("read", read_index(sch, conv, c.w_buf)), blocked)
         ctx.prepack[w_name] = f"conv:{ob}:{cb}"
         wp = None
     else:
-        wp = sch.cache_read(conv, _read_index(sch, conv, c.w_buf), "global")
+        wp = sch.cache_read(conv, read_index(sch, conv, c.w_buf), "global")
         sch.transform_layout(wp, ("write", 0), blocked)
     if flat:
         # The conv, its accumulators and the write-back all iterate one flat pixel index, so that a tile's
@@ -287,9 +288,6 @@ def tile(ow: int, ob: int, vl: int) -> tuple[int, int]:
         return vl, 7
     return ob, _divisor(ow, (6, 5, 3, 2))
 
-
-def _read_index(sch: s_tir.Schedule, block, buf) -> int:
-    return next(i for i, r in enumerate(sch.get(block).reads) if r.source.same_as(buf))
 
 
 def _weight_pack_loops(sch: s_tir.Schedule, b, ob: int, cb: int, parallel: bool) -> None:

@@ -15,7 +15,15 @@ from __future__ import annotations
 from tvm import s_tir, tirx
 from tvm.ir.expr import TensorLoad
 
-from compiler.codegen.cpu_rules.common import Context, blocks, lanes, single_reduction, static, try_vectorize
+from compiler.codegen.cpu_rules.common import (
+    Context,
+    blocks,
+    lanes,
+    read_index,
+    single_reduction,
+    static,
+    try_vectorize,
+)
 from compiler.codegen.sblocks import sub_expressions
 
 
@@ -63,7 +71,7 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     found = match(sch)
     if found is None:
         return False
-    name, (n, o, oh, ow, _, kh, kw), stride, x_buf = found
+    name, (*_, ow, _, _, _), stride, x_buf = found
     conv = sch.get_sblock(name)
     order = blocks(sch)
     at = [sch.get(b).name_hint for b in order].index(name)
@@ -75,7 +83,7 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     vw = segment(ow, vl)
     pad = next((b for b in before if sch.get(b).writes[0].source.same_as(x_buf)), None)
     if stride == 2 and pad is None:  # a copy of its own to split, read from a zero-bordered buffer as it is
-        pad = sch.cache_read(conv, _read_index(sch, conv, x_buf), "global")
+        pad = sch.cache_read(conv, read_index(sch, conv, x_buf), "global")
     if stride == 2:
         # Even and odd columns apart: tap rx of a row segment then reads the columns of parity rx % 2 from
         # rx // 2 on, one contiguous vector, where it would read every other element (a gather).
@@ -99,15 +107,12 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     try_vectorize(sch, sch.get_loops(init)[-1], vw)
     sch.reverse_compute_at(out, wo)
     try_vectorize(sch, sch.get_loops(out)[-1], vw)
-    for b in [pad] + [b for b in before if b is not pad and pad is not None] if pad is not None else before:
+    for b in ([pad] if pad is not None else []) + [b for b in before if b is not pad]:
         # the zero-padded input, a plane at a time, right before the plane's rows read it (in cache)
         sch.compute_at(b, plane)
         try_vectorize(sch, sch.get_loops(b)[-1], vl)
     return True
 
-
-def _read_index(sch: s_tir.Schedule, block, buf) -> int:
-    return next(i for i, r in enumerate(sch.get(block).reads) if r.source.same_as(buf))
 
 
 def segment(ow: int, vl: int) -> int:

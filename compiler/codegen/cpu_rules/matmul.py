@@ -29,6 +29,7 @@ from compiler.codegen.cpu_rules.common import (
     blocks,
     inline_spatial,
     lanes,
+    read_index,
     static,
     try_vectorize,
 )
@@ -241,7 +242,7 @@ def _prepack(sch: s_tir.Schedule, e: Einsum, p: Plan, ctx: Context) -> bool:
     if name is None or name not in ctx.constants or p.np_ != e.ext[e.j] or p.kp != e.ext[e.k]:
         return False
     c = sch.get_sblock(e.name)
-    sch.transform_layout(c, ("read", _read_index(sch, c, e.b_buf)), _panels(e, p.ni))
+    sch.transform_layout(c, ("read", read_index(sch, c, e.b_buf)), _panels(e, p.ni))
     ctx.prepack[name] = f"panels:{p.ni}:{e.b_dims.index(e.j)}:{e.b_dims.index(e.k)}"
     return True
 
@@ -306,11 +307,11 @@ def _tile(sch: s_tir.Schedule, e: Einsum, p: Plan, prepacked: bool = False) -> N
 
 def _pack(sch: s_tir.Schedule, c, e: Einsum, p: Plan, at, before: list, vl: int) -> None:
     """B -> [.., N/ni, K, ni] panels: packed once at the root, or per [KT, NT] block under `at`."""
-    n = _read_index(sch, c, e.b_buf)
+    n = read_index(sch, c, e.b_buf)
     bp = sch.cache_read(c, n, "global")
     dims = e.b_dims
     j_dim = dims.index(e.j)
-    sch.transform_layout(c, ("read", _read_index(sch, c, sch.get(bp).writes[0].source)), _panels(e, p.ni))
+    sch.transform_layout(c, ("read", read_index(sch, c, sch.get(bp).writes[0].source)), _panels(e, p.ni))
     for b in before:  # B's zero padding goes into the pack
         if sch.get(b).writes[0].source.same_as(e.b_buf):
             sch.compute_inline(b)
@@ -345,8 +346,8 @@ def _pack_a(sch: s_tir.Schedule, c, e: Einsum, p: Plan, before: list, vl: int) -
         rest = [x for d, x in enumerate(idx) if d not in (i_dim, k_dim)]
         return (*rest, idx[i_dim] // mi, idx[k_dim], idx[i_dim] % mi)
 
-    ap = sch.cache_read(c, _read_index(sch, c, e.a_buf), "global")
-    sch.transform_layout(c, ("read", _read_index(sch, c, sch.get(ap).writes[0].source)), panels)
+    ap = sch.cache_read(c, read_index(sch, c, e.a_buf), "global")
+    sch.transform_layout(c, ("read", read_index(sch, c, sch.get(ap).writes[0].source)), panels)
     for b in before:  # A's zero padding goes into the pack
         if sch.get(b).writes[0].source.same_as(e.a_buf):
             sch.compute_inline(b)
@@ -356,9 +357,6 @@ def _pack_a(sch: s_tir.Schedule, c, e: Einsum, p: Plan, before: list, vl: int) -
     sch.parallel(loops[0])
     try_vectorize(sch, loops[-1], vl)
 
-
-def _read_index(sch: s_tir.Schedule, block, buf) -> int:
-    return next(n for n, r in enumerate(sch.get(block).reads) if r.source.same_as(buf))
 
 
 def _parallel_copy(sch: s_tir.Schedule, b, vl: int) -> None:

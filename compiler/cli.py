@@ -203,12 +203,15 @@ def _parser() -> argparse.ArgumentParser:
     c = sub.add_parser("compile", help="compile a .gir module for the CPU (llvm) or an NVIDIA GPU (cuda)",
                        description="Compile the whole pipeline down to a deployable artifact: graph passes, "
                        "fusion, one TVM kernel per fused group, scheduled for the target, and a runtime plan. "
-                       "The artifact (.gcpkg) runs with `gc run OUT.gcpkg` or `compiler.load(path)`.",
+                       "The artifact (.gcpkg) runs with `gc run OUT.gcpkg` or `compiler.load(path)`; it holds "
+                       "native code, so load only artifacts from a source you trust. llvm builds for this CPU, or "
+                       "for the LLVM CPU the environment variable GC_CPU names (e.g. znver3, sapphirerapids).",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="examples:\n  gc compile examples/mlp.gir --target llvm -o mlp.gcpkg --stats stats.json\n"
                        "  gc compile net.gir --target cuda --emit cuda\n  gc compile net.gir --params w.npz -o net.gcpkg")
     c.add_argument("file", help="the .gir file, or - for standard input")
-    c.add_argument("--target", default="llvm", choices=["llvm", "cuda"], help="llvm (the host CPU, default) or cuda")
+    c.add_argument("--target", default="llvm", choices=["llvm", "cuda"],
+                   help="llvm (the host CPU, or GC_CPU's; default) or cuda")
     c.add_argument("--arch", metavar="SM", help="CUDA arch, e.g. sm_80 (default: the GPU's, else sm_80)")
     c.add_argument("-o", "--output", metavar="OUT.gcpkg", help="where to write the artifact (default: FILE.gcpkg)")
     c.add_argument("--params", metavar="W.npz", help="bind these arguments as constants (weights) at compile time")

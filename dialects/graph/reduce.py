@@ -81,7 +81,7 @@ class Reduce(Op):
             # TVM skips a reduction's init when its loop is empty, so the identity is written out instead.
             ident = self.fn(np.zeros([0], t.dtype.np), (0,), False).astype(out.dtype.np)[()]
             return te.compute(out.shape, lambda *i: tirx.const(ident.item(), out.dtype.tvm), name=_short(self))
-        raxes = {a: te.reduce_axis((0, t.shape[a]), name=f"k{a}") for a in axes}
+        raxes = {a: te.reduce_axis((0, t.shape[a]), name=f"k{a}") for a in sorted(axes)}  # memory order, whatever order `axes` names them in
 
         def source(idx: tuple):
             kept = iter(i for a, i in enumerate(idx) if not (self.keepdims and a in raxes))

@@ -20,10 +20,6 @@ from compiler.codegen.sblocks import blocks, inline_spatial, is_spatial, leading
 
 VECTOR = 16  # f32 lanes of two AVX2 registers; LLVM splits wider vectors as needed
 
-# Kernels whose exp/erf/tanh become polynomials: a reduction's row pass (softmax) and an anchor's
-# epilogue (GELU) run them on every element. A lone exp op keeps libm's exactness near overflow.
-FAST_MATH_KINDS = ("reduction", "out-elementwise-fusable")
-
 RULES = {
     "out-elementwise-fusable": [("matmul", matmul.apply), ("conv2d", conv2d.apply), ("depthwise", depthwise.apply),
                                 ("pool", pool.apply), ("rows", reduction.apply)],
@@ -49,7 +45,7 @@ def schedule(
     """
     relaxed = False
     try:
-        prim = rewrite.rewrite(prim, fast_math=kind in FAST_MATH_KINDS, unaligned=unaligned)
+        prim = rewrite.rewrite(prim, unaligned=unaligned)  # exp, erf, tanh as vector polynomials in every kernel
         relaxed = unaligned
     except Exception:  # noqa: BLE001 (a kernel TVMScript does not round-trip stays as it was)
         pass
@@ -105,7 +101,7 @@ def _fallback(sch: s_tir.Schedule) -> None:
             j = _transposed_partner(sch, b, loops)
             if j is not None:
                 _tile_transpose(sch, loops, j)
-            elif not _split_at_conditions(sch, b, loops):
+            elif not _split_at_conditions(sch, b, loops) and not _split_at_broadcast(sch, b, loops):
                 _parallel_vectorize(sch, b, loops)
         else:
             _parallel_outer(sch, b, loops)
@@ -175,6 +171,45 @@ def _split_at_conditions(sch: s_tir.Schedule, b, loops) -> bool:
         inner = sch.split(inner, [None, width])[1] if width < n else inner
     if n > 1:
         sch.vectorize(inner)
+    return True
+
+
+def _split_at_broadcast(sch: s_tir.Schedule, b, loops) -> bool:
+    """An elementwise block with an operand broadcast along trailing dims (squeeze-and-excitation's scale,
+    [N, C, 1, 1] times [N, C, H, W]): the innermost loops over which every operand is either the same
+    element or contiguous run as one vector loop, the rest in parallel. Fused whole and cut into vectors,
+    the broadcast operand's index changes within a vector as far as TVM knows, so each vector read it as
+    a gather of 16 lanes, with a division per lane (144 x 56 x 56: 344 -> 41 us). False where every
+    operand is contiguous throughout (the generic schedule is right) or nothing fits."""
+    blk = sch.get(b)
+    ivs = [iv.var for iv in blk.iter_vars]
+    if len(ivs) != len(loops) or len(ivs) < 2 or not isinstance(blk.body, tirx.BufferStore):
+        return False
+    loads = [x for x in sub_expressions(blk.body.value) if isinstance(x, TensorLoad)]
+
+    def fits(ld, suffix) -> bool:
+        idx = list(ld.indices)
+        used = [any(any(y.same_as(v) for y in sub_expressions(i)) for v in suffix) for i in idx]
+        if not any(used):
+            return True  # the same element throughout the suffix
+        tail = idx[len(idx) - len(suffix):]
+        return (len(idx) >= len(suffix) and not any(used[: len(idx) - len(suffix)])
+                and all(i.same_as(v) for i, v in zip(tail, suffix)))
+
+    cut = len(ivs)
+    while cut > 0 and all(fits(ld, ivs[cut - 1 :]) for ld in loads):
+        cut -= 1
+    exts = [extent(sch, lp) for lp in loops]
+    if cut == 0 or cut == len(ivs) or None in exts or int(np.prod(exts[cut:])) < VECTOR // 2:
+        return False
+    outer = sch.fuse(*loops[:cut]) if cut > 1 else loops[0]
+    inner = sch.fuse(*loops[cut:]) if cut < len(loops) - 1 else loops[-1]
+    sch.parallel(outer)
+    n = int(np.prod(exts[cut:]))
+    width = VECTOR if n % VECTOR == 0 else max(d for d in range(1, min(n, 4 * VECTOR) + 1) if n % d == 0)
+    if width < n:
+        inner = sch.split(inner, [None, width])[1]
+    sch.vectorize(inner)
     return True
 
 

@@ -727,7 +727,7 @@ def conv_silu_gir(c: int, h: int, o: int, k: int) -> str:
 
 
 @pytest.mark.parametrize("c,h,o,k,tiles", [
-    (16, 16, 96, 1, True),  # EfficientNet's expand conv: rows of 4-pixel tiles
+    (16, 20, 96, 1, True),  # EfficientNet's expand conv: rows of 4-pixel tiles (20: not the pixel tile on any host)
     (24, 12, 64, 3, True),
     (24, 14, 64, 3, False),  # 14x14: flat tiles (the NCHW write-back computes the epilogue)
     (8, 7, 48, 1, None),  # 7x7: rows of 7 or flat tiles, by the host
@@ -776,3 +776,24 @@ def test_reduce_mean_over_axes_named_last_first_takes_the_rows_rule() -> None:
     got, want, rules = compile_gir(text)
     assert rules == ["rows"]
     np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("c,h,k,s,epilogue,weights", [
+    (48, 7, 5, 1, "silu", ("w", "b")),  # EfficientNet's last stage: 5x5 on 7x7
+    (48, 14, 3, 1, "clip", ("w", "b")),
+    (32, 14, 3, 2, "silu", ()),  # stride 2 to 7x7, weights per call (packed per call)
+    (16, 12, 3, 1, "none", ()),
+])
+def test_depthwise_rows_short_of_whole_vectors_take_channels_in_lanes(c, h, k, s, epilogue, weights) -> None:
+    """Rows of 7, 12 or 14 pixels fill no whole vectors (8 or 16 lanes): the channels go in the lanes,
+    the input copied to [N, C/vl, H, W, vl] and the accumulators blocked alike (5-D buffers)."""
+    import re
+
+    import compiler
+
+    text = depthwise_gir(c, h, h, k, s, 1, epilogue)
+    got, want, rules = compile_gir(text, weights)
+    assert rules == ["depthwise"]
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
+    script = next(iter(compiler.compile(text, "llvm").scheduled.functions.values())).script()
+    assert re.search(r"pad\w* = T.sblock_alloc_buffer\(\(\d+, \d+, \d+, \d+, \d+\)", script)

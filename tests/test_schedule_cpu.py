@@ -158,6 +158,21 @@ def test_matmul_over_a_vector_is_a_gemv() -> None:
     np.testing.assert_allclose(got, x @ y, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("k,n", [(1280, 1000), (64, 1000), (96, 40), (256, 1024)])
+def test_a_gemv_against_constant_weights_copies_nothing_per_call(k: int, n: int) -> None:
+    """A classifier's one row against [K, 1000] weights: panels whose width divides N (no padding), the
+    weights packed into them once at build time; no block of the kernel copies them per call."""
+    a, w, c = te.placeholder((1, k), name="a"), te.placeholder((k, n), name="w"), te.placeholder((n,), name="c")
+    out = topi.add(topi.matmul(a, w), c)
+    prim = schedule_cpu.schedule(te.create_prim_func([a, w, c, out]), ANCHOR, {"w"})
+    assert re.search(r'T\.sblock\("w_', prim.script()) is None
+    assert str(prim.attrs["gc.prepack"]["w"]).startswith("panels:")
+    x, y, z = rand((1, k)), rand((k, n)), rand((n,))
+    got, rule = run([a, w, c, out], ANCHOR, x, y, z, constants=("w",))
+    assert rule == "matmul"
+    np.testing.assert_allclose(got, x @ y + z, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize("dtype", ["float64", "int32"])
 def test_matmul_in_other_dtypes(dtype: str) -> None:
     a, b = te.placeholder((9, 23), dtype, name="a"), te.placeholder((23, 37), dtype, name="b")

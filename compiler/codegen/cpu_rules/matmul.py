@@ -23,6 +23,7 @@ from tvm import s_tir, tirx
 from tvm.ir.expr import TensorLoad
 
 from compiler.codegen.cpu_rules.common import (
+    MIN_LANES,
     REDUCE,
     SPATIAL,
     Context,
@@ -175,6 +176,15 @@ def plan(e: Einsum) -> Plan:
     mi = 1 if m == 1 else min(ACCUMULATORS // (ni // vl), m)
     mt_want = 64 if order == "kout" else 32
     batch = math.prod(e.ext[p] for p in e.batch)
+    if order == "gemv" and n > ni and n % ni:
+        # A GEMV pads nothing where N has a divisor of whole 4-lane pieces up to three vectors (1000
+        # classes: 40 columns a panel on AVX-512, 8 on AVX2): padding B copied all of it every call (a
+        # classifier's 5-8 MB), where the product reads it once.
+        fit = [d for d in range(MIN_LANES, 3 * vl + 1, MIN_LANES) if n % d == 0]
+        ni = max(fit) if fit else ni
+    if order == "gemv" and n > ni and n % ni == 0:  # strips of whole panels that divide N, up to 4
+        tiles = n // ni
+        nt_want = ni * max(d for d in range(1, 5) if tiles % d == 0)
     np_, nt = _split(n, ni, nt_want)
     mp, mt = _split(m, mi, mt_want)
     # Enough tasks for every core: narrower tiles for small products (two per core balance better).
@@ -225,7 +235,8 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     _pad(sch, e, p)
     e = match(sch)
     assert e is not None
-    prepacked = p.pack and _prepack(sch, e, p, ctx)
+    # A GEMV reads a constant B in panels too: each task then streams one contiguous block of it.
+    prepacked = (p.pack or p.order == "gemv") and _b_is_packable(e) and _prepack(sch, e, p, ctx)
     _tile(sch, e, p, prepacked)
     return True
 

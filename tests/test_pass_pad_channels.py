@@ -20,7 +20,7 @@ def conv(o: int, groups: int = 1) -> str:
             "  %z = graph.relu(%y)\n  return %z\n}\n")
 
 
-@pytest.mark.parametrize("o", [10, 58])
+@pytest.mark.parametrize("o", [10, 58, 116])  # 116 = 4 x 29: 12 channels more make 8 whole registers
 def test_a_conv_of_odd_channels_takes_the_vector_rule_and_writes_only_its_channels(o: int) -> None:
     text = conv(o)
     module = parse(text)
@@ -32,7 +32,8 @@ def test_a_conv_of_odd_channels_takes_the_vector_rule_and_writes_only_its_channe
     np.testing.assert_allclose(model(inputs["x"])[0], want, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("text", [conv(12), conv(6), conv(10, groups=10)], ids=["multiple-of-4", "few", "grouped"])
+@pytest.mark.parametrize("text", [conv(12), conv(24), conv(6), conv(10, groups=10)],
+                         ids=["multiple-of-4", "a third more", "few", "grouped"])
 def test_what_needs_no_padding_or_cannot_take_it_stays(text: str) -> None:
     module = parse(text)
     inputs = random_inputs(module["main"], 0, module)

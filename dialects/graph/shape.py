@@ -69,6 +69,7 @@ class Regroup(ShapeOp):
 
 def _reshaped(x, in_shape: tuple[int, ...], out_shape: tuple[int, ...], name: str):
     """The same elements in row-major order under a new shape."""
+    import tvm
     from tvm import te, tirx
 
     def body(*idx):
@@ -79,7 +80,13 @@ def _reshaped(x, in_shape: tuple[int, ...], out_shape: tuple[int, ...], name: st
         for d in reversed(in_shape):
             src.append(tirx.floormod(flat, d) if d != 1 else 0)
             flat = tirx.floordiv(flat, d)
-        return x(*reversed(src))
+        # Simplified under the indices' bounds, a reshape that splits or merges dims reads x[c, h, w], not
+        # x[(c * 784 + h * 28 + w) // 784 % 116, ...]: the schedules can then see which loops a load
+        # is contiguous in (a channel shuffle's plane copies were gathers: 76 -> 5.3 us, Zen 4).
+        ana = tvm.sym.Analyzer()
+        for i, d in zip(idx, out_shape):
+            ana.bind(i, tvm.ir.Range(0, d))
+        return x(*(ana.simplify(e) if not isinstance(e, int) else e for e in reversed(src)))
 
     return te.compute(out_shape, body, name=name)
 

@@ -54,13 +54,18 @@ def static(e) -> int | None:
 
 
 def try_vectorize(sch: s_tir.Schedule, loop, lanes: int) -> None:
-    """Vectorize `loop`, split to `lanes` first when it is longer; a loop TVM refuses stays scalar."""
+    """Vectorize `loop`, split to `lanes` first when it is longer; a loop TVM refuses stays scalar.
+    Where `lanes` does not divide it, TVM's loop partitioning peels the last, predicated piece off (the
+    hint), so the others are whole vectors: TVM scalarizes a vector loop under a predicate (softmax rows
+    of 197 or 208 ran their exp one lane at a time)."""
     n = extent(sch, loop)
     if n is None or n < 2:
         return
     try:
         if n > lanes:
-            loop = sch.split(loop, [None, lanes])[1]
+            outer, loop = sch.split(loop, [None, lanes])
+            if n % lanes:
+                sch.annotate(outer, "pragma_loop_partition_hint", 1)
         sch.vectorize(loop)
     except Exception:  # noqa: BLE001 (gathers, data-dependent indices)
         pass

@@ -753,6 +753,14 @@ def _channel_window_sum(b: Builder, v: Value, before: int, after: int) -> Value:
     return total
 
 
+def _row_max(dtype: str):
+    from tvm import te, tirx
+
+    if "float" not in dtype:
+        return te.max
+    return te.comm_reducer(lambda a, b: tirx.max(a, b), lambda t: tirx.const(float("-inf"), t), name="max")
+
+
 class Softmax(Op, name="graph.softmax"):
     """e^x / sum(e^x) along one axis:  %y = graph.softmax(%x) {axis = -1} : tensor<2x10xf32>"""
 
@@ -822,7 +830,10 @@ class Softmax(Op, name="graph.softmax"):
             return te.compute(rows, at, name=name)
 
         name = self.name.split(".")[-1]
-        top = along(lambda i: x(*i).astype(acc), f"{name}_max", extreme_reducer(acc))
+        # The shift needs no NaN-aware max: a NaN anywhere in a row reaches the row's sum, so every output
+        # of the row is NaN either way. The plain max (from -inf) is one the CPU rules can split into
+        # vector lanes (12x197x208: 309 -> 115 us, Zen 4; rows of 197, prime, stay scalar: 481 -> 367 us).
+        top = along(lambda i: x(*i).astype(acc), f"{name}_max", _row_max(acc))
         z = te.compute(shape, lambda *i: x(*i).astype(acc) - top(*self.row(i)), name=f"{name}_shifted")
         return z, along(lambda i: te.exp(z(*i)), f"{name}_sum", te.sum)
 

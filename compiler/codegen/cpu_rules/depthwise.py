@@ -7,7 +7,8 @@ piece of the row that fits two vector registers); the taps are unrolled around i
 the input row (contiguous at stride 1) times a broadcast weight. Planes (image, channel) run in parallel.
 A padding stage is computed per plane, just before the plane's rows, so the padded copy stays in cache;
 the epilogue (bias, clip, ReLU) runs on each segment as it is finished. The generic schedule reduced
-the taps one output at a time (144 channels of 56x56: 1130 us, 8 GFLOP/s on Zen 4).
+the taps one output at a time (144 channels of 56x56: 1130 us, 8 GFLOP/s on Zen 4). Rows that fill no
+whole vectors (7, 14, 28 pixels) take the channels in the lanes instead (`_blocked`).
 """
 
 from __future__ import annotations

@@ -51,3 +51,24 @@ def test_each_round_starts_with_another_framework(bench, tmp_path, monkeypatch) 
     assert calls == [("gc", 0), ("torch", 0), ("ort", 0), ("torch", 1), ("ort", 1), ("gc", 1),
                      ("ort", 2), ("gc", 2), ("torch", 2)]
     assert results["torch"]["benches"]["n"]["torch"]["seconds"] == 2
+
+
+def test_ab_times_artifacts_in_turns_and_compares_their_outputs(tmp_path, capsys) -> None:
+    """tools/ab.py: each artifact's line, the first as the baseline; a second artifact whose outputs differ
+    is named."""
+    import compiler
+
+    spec = importlib.util.spec_from_file_location("ab", ROOT / "tools" / "ab.py")
+    ab = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ab)
+    relu = "func @main(%x: tensor<64xf32>) -> tensor<64xf32> {\n  %y = graph.relu(%x)\n  return %y\n}\n"
+    neg = relu.replace("graph.relu", "graph.neg")
+    paths = []
+    for i, text in enumerate([relu, relu, neg]):
+        paths.append(str(tmp_path / f"m{i}.gcpkg"))
+        compiler.compile(text).save(paths[-1])
+    assert ab.main([*paths, "--batches", "2", "--calls", "2"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("warning: ") and paths[2] in out[0]
+    assert [line.split(":")[0] for line in out[1:]] == paths
+    assert out[1].endswith("(1.00x the first)")

@@ -357,17 +357,19 @@ def test_conv2d_packs_only_inputs_of_many_channels(c: int, blocked: bool) -> Non
     assert shapes == (["1, 3, 10, 10, 16"] if blocked else [f"1, {c}, 10, 10"])
 
 
-@pytest.mark.parametrize("hw, packed", [(8, False), (18, False), (32, True)])
-def test_conv2d_reads_small_unpadded_maps_of_many_channels_in_place(hw: int, packed: bool) -> None:
+@pytest.mark.parametrize("hw, k, stride, packed", [(8, 3, 1, False), (18, 3, 1, False), (32, 3, 1, True),
+                                                   (32, 1, 1, False), (40, 1, 2, False)])
+def test_conv2d_reads_small_unpadded_maps_of_many_channels_in_place(hw: int, k: int, stride: int, packed: bool) -> None:
     """An input that needs no padding copy (an unpadded conv, or a zero-bordered buffer) is read NCHW in
-    place when the output maps have at most NCHW_SMALL_MAP pixels; bigger maps are packed."""
-    ins, out = conv_te(1, 64, hw, hw, 16, 3, 3, 1, 0, False)
+    place when the output maps have at most NCHW_SMALL_MAP pixels, or the window is 1x1; bigger maps
+    of a wider window are packed."""
+    ins, out = conv_te(1, 64, hw, hw, 16, k, k, stride, 0, False)
     script = schedule_cpu.schedule(te.create_prim_func([*ins, out]), ANCHOR).script()
     assert ("x_global = T.sblock_alloc_buffer" in script) == packed
-    x, w = rand((1, 64, hw, hw)), rand((16, 64, 3, 3))
+    x, w = rand((1, 64, hw, hw)), rand((16, 64, k, k))
     got, rule = run([*ins, out], ANCHOR, x, w)
     assert rule == "conv2d"
-    np.testing.assert_allclose(got, conv_loops(x, w, 1, 0), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got, conv_loops(x, w, stride, 0), rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("c, k, stride, pixels", [(3, 3, 1, True), (4, 3, 1, False), (3, 3, 2, False), (3, 1, 1, True)])

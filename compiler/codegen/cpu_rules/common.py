@@ -1,12 +1,14 @@
-"""Helpers the CPU rules share: blocks and loops by role, static extents, vector width of the host."""
+"""Helpers the CPU rules share: blocks and loops by role, static extents, vector width of the host; the conv
+and depthwise rules' input copies and heavy epilogues."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field
 
 from tvm import s_tir, tirx
 
-from compiler.codegen.sblocks import SPATIAL, blocks, inline_spatial, is_spatial  # noqa: F401  (the rules use them from here)
+from compiler.codegen.sblocks import SPATIAL, blocks, inline_spatial, is_spatial, sub_expressions  # noqa: F401  (the rules use them from here)
 from compiler.codegen.target import cpu
 
 REDUCE = 2  # IterVar.iter_type of a reduction iterator (CommReduce)
@@ -87,3 +89,57 @@ def vector_dividing(n: int, dtype: str) -> int:
     while w > MIN_LANES and n % w:
         w //= 2
     return w if n % w == 0 else 0
+
+
+# --- shared by the conv and depthwise rules ---------------------------------------------------------
+
+# The input's copy (padded or packed) runs on one core below this many elements: waking the thread pool
+# for a second parallel region costs more than the copy.
+PARALLEL_COPY = 1 << 13
+# Epilogues of more nodes than this run on whole vectors before the NCHW write-back (`epilogue_on_vectors`).
+HEAVY_EPILOGUE = 64
+
+
+def heavy_epilogue(sch: s_tir.Schedule, out) -> bool:
+    """Whether the write-back computes more than a bias, a residual and an activation: SiLU's sigmoid and
+    GELU's erf are polynomials of some hundred nodes once inlined."""
+    value = getattr(sch.get(out).body, "value", None)
+    nodes = itertools.islice(sub_expressions(value), HEAVY_EPILOGUE + 1) if value is not None else ()
+    return sum(1 for _ in nodes) > HEAVY_EPILOGUE
+
+
+def epilogue_on_vectors(sch: s_tir.Schedule, out, tile_loop, vl: int):
+    """A heavy epilogue runs on the tile's accumulators as they lie, whole vectors of output channels a
+    pixel, into a small buffer of the tile in pixel-major order; a copy then writes it to NCHW, the
+    transpose the write-back does anyway. In the NCHW write-back the epilogue ran on vectors of the
+    tile's 4 pixels, a quarter of a register (SiLU after 1x1 16->96 at 112x112: 956 -> 585 us; 40->240 at
+    28x28: 216 -> 139 us, Zen 4 AVX-512; after a bias alone the extra pass costs 311 -> 494 us, hence
+    only for heavy epilogues). Returns the copy, the block that now writes the output."""
+    copy = sch.cache_write(out, 0, "local")
+    sch.reverse_compute_at(copy, tile_loop)
+    sch.transform_layout(out, ("write", 0), lambda a, b, h, w: (a, h, w, b))
+    channels, pixels = sch.get_loops(out)[-2:]
+    sch.reorder(pixels, channels)
+    try_vectorize(sch, channels, vl)
+    sch.unroll(pixels)
+    return copy
+
+
+def large_copy(sch: s_tir.Schedule, loops) -> bool:
+    """Whether a copy over `loops` moves PARALLEL_COPY elements or more (an unknown extent counts as large)."""
+    size = 1
+    for loop in loops:
+        size *= extent(sch, loop) or PARALLEL_COPY
+    return size >= PARALLEL_COPY
+
+
+def pack_loops(sch: s_tir.Schedule, b, cb: int, vl: int) -> None:
+    """The NCHW -> NCHW[cb]c copy: parallel over (n, channel block, row), channels of a block innermost."""
+    i_n, i_c, i_h, i_w = sch.get_loops(b)
+    large = large_copy(sch, [i_n, i_c, i_h, i_w])
+    co, cc = sch.split(i_c, [None, cb])
+    sch.reorder(i_n, co, i_h, i_w, cc)
+    rows = sch.fuse(i_n, co, i_h)
+    if large:
+        sch.parallel(rows)
+    try_vectorize(sch, cc, vl)

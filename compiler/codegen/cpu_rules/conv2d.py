@@ -14,7 +14,6 @@ Grouped and depthwise convolutions are not this rule's: their channel index is a
 
 from __future__ import annotations
 
-import itertools
 import os
 from dataclasses import dataclass
 
@@ -24,21 +23,21 @@ from tvm.ir.expr import TensorLoad
 from compiler.codegen.cpu_rules.common import (
     Context,
     blocks,
+    epilogue_on_vectors,
     extent,
+    heavy_epilogue,
     lanes,
+    large_copy,
+    pack_loops,
     read_index,
     single_reduction,
     try_vectorize,
     vector_dividing,
 )
-from compiler.codegen.sblocks import sub_expressions
 
 # Weights passed per call are repacked per call: in parallel only from this many elements on (waking
 # the thread pool costs more than copying a small conv's weights on one core).
 PARALLEL_PACK = 1 << 16
-# The input's copy (padded or packed) runs on one core below this many elements: waking the thread pool
-# for a second parallel region costs more than the copy.
-PARALLEL_COPY = 1 << 13
 # Inputs of at most this many channels are read in place, NCHW (padded first if the conv pads), not packed
 # into NCHW[cb]c: packing is a gather whose cost is not paid back by the few channels a tile reads
 # (32->32 3x3 at 32x32: 123 -> 111 us; 16 channels at 64x64: 130 -> 120; 64 channels at 56x56 loses 7%).
@@ -54,8 +53,6 @@ NCHW_SMALL_MAP = 256
 # Convs whose outputs sum at most this many products (input channels x window) use the pixel tile.
 PIXEL_TILE_REDUCTION = 27
 PIXEL_TILE_CHANNELS = 4
-# Epilogues of more nodes than this run on whole vectors before the NCHW write-back (`_epilogue_on_vectors`).
-HEAVY_EPILOGUE = 64
 # Pixels of a tile of the flattened map (see `flat_tile`).
 FLAT_TILE = 6
 # Flat tiles with a short last tile sweep the map once per chunk of input channels whose weights for a
@@ -227,8 +224,8 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     # 147 -> 135 us). With a short last tile it runs once the map is done, pixels innermost: contiguous
     # NCHW writes as they are.
     if not tail:
-        if not flat and _heavy(sch, out):  # (flat tiles' regions are not exact boxes: TVM cannot copy one)
-            out = _epilogue_on_vectors(sch, out, wo, vl)
+        if not flat and heavy_epilogue(sch, out):  # (flat tiles' regions are not exact boxes: TVM cannot copy one)
+            out = epilogue_on_vectors(sch, out, wo, vl)
         if flat:
             sch.unroll(sch.get_loops(out)[-1])  # a tile's pixels may span two rows: no vector store
         else:
@@ -240,35 +237,10 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     if pad is not None and nchw_input:
         _pad_loops(sch, pad)
     elif pad is not None:
-        _pack_loops(sch, pad, cb, vl)
+        pack_loops(sch, pad, cb, vl)
     if wp is not None:
-        _weight_pack_loops(sch, wp, ob, cb, o * ci * kh * kw >= PARALLEL_PACK)
+        _weightpack_loops(sch, wp, ob, cb, o * ci * kh * kw >= PARALLEL_PACK)
     return True
-
-
-def _heavy(sch: s_tir.Schedule, out) -> bool:
-    """Whether the write-back computes more than a bias, a residual and an activation: SiLU's sigmoid and
-    GELU's erf are polynomials of some hundred nodes once inlined."""
-    value = getattr(sch.get(out).body, "value", None)
-    return value is not None and sum(1 for _ in itertools.islice(sub_expressions(value), HEAVY_EPILOGUE + 1)) > HEAVY_EPILOGUE
-
-
-def _epilogue_on_vectors(sch: s_tir.Schedule, out, tile_loop, vl: int):
-    """A heavy epilogue runs on the tile's accumulators as they lie, whole vectors of output channels a
-    pixel, into a small buffer of the tile in pixel-major order; a copy then writes it to NCHW, the
-    transpose the write-back does anyway. In the NCHW write-back the epilogue ran on vectors of the
-    tile's 4 pixels, a quarter of a register (SiLU after 1x1 16->96 at 112x112: 956 -> 585 us; 40->240 at
-    28x28: 216 -> 139 us, Zen 4 AVX-512; after a bias alone the extra pass costs 311 -> 494 us, hence
-    only for heavy epilogues).
-    Returns the copy, the block that now writes the output."""
-    copy = sch.cache_write(out, 0, "local")
-    sch.reverse_compute_at(copy, tile_loop)
-    sch.transform_layout(out, ("write", 0), lambda a, b, h, w: (a, h, w, b))
-    channels, pixels = sch.get_loops(out)[-2:]
-    sch.reorder(pixels, channels)
-    try_vectorize(sch, channels, vl)
-    sch.unroll(pixels)
-    return copy
 
 
 def _pixel_tile(sch: s_tir.Schedule, conv, out, pad, vl: int) -> None:
@@ -324,7 +296,7 @@ def tile(ow: int, ob: int, vl: int) -> tuple[int, int]:
 
 
 
-def _weight_pack_loops(sch: s_tir.Schedule, b, ob: int, cb: int, parallel: bool) -> None:
+def _weightpack_loops(sch: s_tir.Schedule, b, ob: int, cb: int, parallel: bool) -> None:
     """W[O, C, KH, KW] -> [O/ob, C/cb, KH, KW, cb, ob] in the order of the packed layout, output channels
     innermost: contiguous writes from strided reads is 3x faster than the source order's scattered writes
     (128x128x3x3: 56 -> 18 us)."""
@@ -337,30 +309,10 @@ def _weight_pack_loops(sch: s_tir.Schedule, b, ob: int, cb: int, parallel: bool)
     try_vectorize(sch, oi, ob)
 
 
-def _large_copy(sch: s_tir.Schedule, loops) -> bool:
-    """Whether a copy over `loops` moves PARALLEL_COPY elements or more (an unknown extent counts as large)."""
-    size = 1
-    for loop in loops:
-        size *= extent(sch, loop) or PARALLEL_COPY
-    return size >= PARALLEL_COPY
-
-
 def _pad_loops(sch: s_tir.Schedule, b) -> None:
     """The zero-padded NCHW copy: rows in parallel (one core for a small copy), each a contiguous copy."""
     loops = sch.get_loops(b)
-    large = _large_copy(sch, loops)
+    large = large_copy(sch, loops)
     rows = sch.fuse(*loops[:3])
     if large:
         sch.parallel(rows)
-
-
-def _pack_loops(sch: s_tir.Schedule, b, cb: int, vl: int) -> None:
-    """The NCHW -> NCHW[cb]c copy: parallel over (n, channel block, row), channels of a block innermost."""
-    i_n, i_c, i_h, i_w = sch.get_loops(b)
-    large = _large_copy(sch, [i_n, i_c, i_h, i_w])
-    co, cc = sch.split(i_c, [None, cb])
-    sch.reorder(i_n, co, i_h, i_w, cc)
-    rows = sch.fuse(i_n, co, i_h)
-    if large:
-        sch.parallel(rows)
-    try_vectorize(sch, cc, vl)

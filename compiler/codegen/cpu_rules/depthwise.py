@@ -19,7 +19,10 @@ from tvm.ir.expr import TensorLoad
 from compiler.codegen.cpu_rules.common import (
     Context,
     blocks,
+    epilogue_on_vectors,
+    heavy_epilogue,
     lanes,
+    pack_loops,
     read_index,
     single_reduction,
     static,
@@ -142,8 +145,6 @@ def _blocked(sch: s_tir.Schedule, conv, pad, out, ow: int, vl: int, ctx: Context
     write-back; a light one in the write-back). EfficientNet's 5x5 with SiLU, Zen 4 AVX-512, best of
     three: 1152 channels of 7x7 143 -> 62 us, 240 of 28x28 209 -> 122, 480 of 14x14 72 -> 51, 672 of
     14x14 to 7x7 (stride 2) 103 -> 76."""
-    from compiler.codegen.cpu_rules.conv2d import _epilogue_on_vectors, _heavy, _pack_loops
-
     c_buf = sch.get(conv).writes[0].source
     w_buf = next(r.source for r in sch.get(conv).reads
                  if not r.source.same_as(c_buf) and not r.source.same_as(sch.get(pad).writes[0].source))
@@ -172,11 +173,11 @@ def _blocked(sch: s_tir.Schedule, conv, pad, out, ow: int, vl: int, ctx: Context
     init = sch.decompose_reduction(conv, r_c)
     try_vectorize(sch, sch.get_loops(init)[-1], vl)
     sch.reverse_compute_at(out, wo)
-    if _heavy(sch, out):
-        out = _epilogue_on_vectors(sch, out, wo, vl)
+    if heavy_epilogue(sch, out):
+        out = epilogue_on_vectors(sch, out, wo, vl)
     try_vectorize(sch, sch.get_loops(out)[-1], px)
     sch.unroll(sch.get_loops(out)[-2])
-    _pack_loops(sch, pad, vl, vl)
+    pack_loops(sch, pad, vl, vl)
     if wp is not None:  # weights passed per call: packed per call, channels of a block innermost
         i_o, *rest = sch.get_loops(wp)
         w_oo, w_oi = sch.split(i_o, [None, vl])

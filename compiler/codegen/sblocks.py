@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from tvm import s_tir
+from tvm import s_tir, tirx
 
 SPATIAL = 0  # IterVar.iter_type of a data-parallel block iterator
 
@@ -49,10 +49,10 @@ def inline_spatial(sch: s_tir.Schedule, bs: list, keep_costly: int | None = None
 
 def _costly_reread(sch: s_tir.Schedule, b, limit: int) -> bool:
     body = sch.get(b).body
-    if not hasattr(body, "value") or _count(body.value, limit + 1) <= limit:
+    if not hasattr(body, "value") or count_nodes(body.value, limit + 1) <= limit:
         return False
     buf = sch.get(b).writes[0].source
-    size = _count(body.value, REREAD_NODES * limit)
+    size = count_nodes(body.value, REREAD_NODES * limit)
     return any((_reads(sch.get(c).body, buf) - 1) * size > REREAD_NODES * limit for c in sch.get_consumers(b))
 
 
@@ -74,7 +74,17 @@ def sub_expressions(e):
         stack.extend(getattr(x, "indices", None) or [])
 
 
-def _count(e, cap: int, buf=None) -> int:
+def uses(e, var) -> bool:
+    """Whether expression `e` mentions `var`."""
+    return any(y.same_as(var) for y in sub_expressions(e))
+
+
+def is_sum(e, x, y) -> bool:
+    """Whether `e` is x + y (either order)."""
+    return isinstance(e, tirx.Add) and ((e.a.same_as(x) and e.b.same_as(y)) or (e.a.same_as(y) and e.b.same_as(x)))
+
+
+def count_nodes(e, cap: int, buf=None) -> int:
     """The nodes of expression `e` (or, given `buf`, its loads of `buf`), looking at no more than `cap`."""
     from tvm.ir.expr import TensorLoad
 
@@ -87,4 +97,4 @@ def _reads(stmt, buf) -> int:
     merges them, but inlining copies the producer's whole expression into each, and a chain of such ops
     would grow the TIR (and the compile) exponentially."""
     value = getattr(stmt, "value", None)
-    return _count(value, 1 << 16, buf) if value is not None else 0
+    return count_nodes(value, 1 << 16, buf) if value is not None else 0

@@ -16,7 +16,7 @@ from tvm.ir.expr import TensorLoad
 
 from compiler.codegen.cpu_rules import conv2d, depthwise, matmul, pool, reduction, rewrite
 from compiler.codegen.cpu_rules.common import Context, extent
-from compiler.codegen.sblocks import blocks, inline_spatial, is_spatial, leading_spatial_loops, sub_expressions
+from compiler.codegen.sblocks import blocks, inline_spatial, is_spatial, leading_spatial_loops, sub_expressions, uses
 
 VECTOR = 16  # f32 lanes of two AVX2 registers; LLVM splits wider vectors as needed
 
@@ -124,10 +124,10 @@ def _transposed_partner(sch: s_tir.Schedule, b, loops) -> int | None:
     last = ivs[-1]
     for ld in (x for x in sub_expressions(blk.body.value) if isinstance(x, TensorLoad)):
         idx = list(ld.indices)
-        uses = [any(y.same_as(last) for y in sub_expressions(i)) for i in idx]
-        if not idx or uses[-1] or not any(uses):
+        mentions = [uses(i, last) for i in idx]
+        if not idx or mentions[-1] or not any(mentions):
             continue
-        inner = [k for k, v in enumerate(ivs[:-1]) if any(y.same_as(v) for y in sub_expressions(idx[-1]))]
+        inner = [k for k, v in enumerate(ivs[:-1]) if uses(idx[-1], v)]
         if inner and exts[inner[-1]] % TILE == 0:
             return inner[-1]
     return None
@@ -158,19 +158,11 @@ def _split_at_conditions(sch: s_tir.Schedule, b, loops) -> bool:
              if getattr(getattr(x, "op", None), "name", "") == "prim.if_then_else"]
     if not conds:
         return False
-    used = [k for k, v in enumerate(ivs) if any(any(y.same_as(v) for y in sub_expressions(c)) for c in conds)]
+    used = [k for k, v in enumerate(ivs) if any(uses(c, v) for c in conds)]
     last = max(used)
     if last == len(ivs) - 1:
         return False  # the choice varies along the innermost loop: the generic schedule
-    outer = sch.fuse(*loops[: last + 1]) if last else loops[0]
-    inner = sch.fuse(*loops[last + 1 :]) if last + 1 < len(loops) - 1 else loops[-1]
-    sch.parallel(outer)
-    n = extent(sch, inner) or 0
-    if n % VECTOR == 0 or n > 4 * VECTOR:  # whole vectors, or the widest piece of a row that divides it
-        width = max(d for d in range(1, min(n, 4 * VECTOR) + 1) if n % d == 0) if n % VECTOR else VECTOR
-        inner = sch.split(inner, [None, width])[1] if width < n else inner
-    if n > 1:
-        sch.vectorize(inner)
+    _parallel_then_vector(sch, loops, last + 1)
     return True
 
 
@@ -179,7 +171,7 @@ def _split_at_broadcast(sch: s_tir.Schedule, b, loops) -> bool:
     [N, C, 1, 1] times [N, C, H, W]): the innermost loops over which every operand is either the same
     element or contiguous run as one vector loop, the rest in parallel. Fused whole and cut into vectors,
     the broadcast operand's index changes within a vector as far as TVM knows, so each vector read it as
-    a gather of 16 lanes, with a division per lane (144 x 56 x 56: 344 -> 41 us). False where every
+    a gather of 16 lanes, with a division per lane (144 x 56 x 56: 344 -> 24 us). False where every
     operand is contiguous throughout (the generic schedule is right) or nothing fits."""
     blk = sch.get(b)
     ivs = [iv.var for iv in blk.iter_vars]
@@ -189,7 +181,7 @@ def _split_at_broadcast(sch: s_tir.Schedule, b, loops) -> bool:
 
     def fits(ld, suffix) -> bool:
         idx = list(ld.indices)
-        used = [any(any(y.same_as(v) for y in sub_expressions(i)) for v in suffix) for i in idx]
+        used = [any(uses(i, v) for v in suffix) for i in idx]
         if not any(used):
             return True  # the same element throughout the suffix
         tail = idx[len(idx) - len(suffix):]
@@ -202,15 +194,22 @@ def _split_at_broadcast(sch: s_tir.Schedule, b, loops) -> bool:
     exts = [extent(sch, lp) for lp in loops]
     if cut == 0 or cut == len(ivs) or None in exts or int(np.prod(exts[cut:])) < VECTOR // 2:
         return False
+    _parallel_then_vector(sch, loops, cut)
+    return True
+
+
+def _parallel_then_vector(sch: s_tir.Schedule, loops, cut: int) -> None:
+    """loops[:cut] fused and in parallel, loops[cut:] fused into one vector loop: whole vectors where
+    VECTOR divides it, else pieces of its widest divisor up to four vectors (the whole of a shorter one)."""
     outer = sch.fuse(*loops[:cut]) if cut > 1 else loops[0]
     inner = sch.fuse(*loops[cut:]) if cut < len(loops) - 1 else loops[-1]
     sch.parallel(outer)
-    n = int(np.prod(exts[cut:]))
+    n = extent(sch, inner) or 0
     width = VECTOR if n % VECTOR == 0 else max(d for d in range(1, min(n, 4 * VECTOR) + 1) if n % d == 0)
     if width < n:
         inner = sch.split(inner, [None, width])[1]
-    sch.vectorize(inner)
-    return True
+    if n > 1:
+        sch.vectorize(inner)
 
 
 def _parallel_vectorize(sch: s_tir.Schedule, b, loops) -> None:

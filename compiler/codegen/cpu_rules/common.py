@@ -3,12 +3,11 @@ and depthwise rules' input copies and heavy epilogues."""
 
 from __future__ import annotations
 
-import itertools
 from dataclasses import dataclass, field
 
 from tvm import s_tir, tirx
 
-from compiler.codegen.sblocks import SPATIAL, blocks, inline_spatial, is_spatial, sub_expressions  # noqa: F401  (the rules use them from here)
+from compiler.codegen.sblocks import SPATIAL, blocks, count_nodes, inline_spatial, is_spatial  # noqa: F401  (the rules use them from here)
 from compiler.codegen.target import cpu
 
 REDUCE = 2  # IterVar.iter_type of a reduction iterator (CommReduce)
@@ -104,8 +103,7 @@ def heavy_epilogue(sch: s_tir.Schedule, out) -> bool:
     """Whether the write-back computes more than a bias, a residual and an activation: SiLU's sigmoid and
     GELU's erf are polynomials of some hundred nodes once inlined."""
     value = getattr(sch.get(out).body, "value", None)
-    nodes = itertools.islice(sub_expressions(value), HEAVY_EPILOGUE + 1) if value is not None else ()
-    return sum(1 for _ in nodes) > HEAVY_EPILOGUE
+    return value is not None and count_nodes(value, HEAVY_EPILOGUE + 1) > HEAVY_EPILOGUE
 
 
 def epilogue_on_vectors(sch: s_tir.Schedule, out, tile_loop, vl: int):

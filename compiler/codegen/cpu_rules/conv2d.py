@@ -34,6 +34,7 @@ from compiler.codegen.cpu_rules.common import (
     try_vectorize,
     vector_dividing,
 )
+from compiler.codegen.sblocks import is_sum
 
 # Weights passed per call are repacked per call: in parallel only from this many elements on (waking
 # the thread pool costs more than copying a small conv's weights on one core).
@@ -89,8 +90,7 @@ def match(sch: s_tir.Schedule) -> Conv | None:
     if not _is_weight(w, v) or len(x.indices) != 4 or not x.indices[0].same_as(v[0]) or not x.indices[1].same_as(v[4]):
         return None
     col = x.indices[3]
-    unit_w = isinstance(col, tirx.Add) and ((col.a.same_as(v[3]) and col.b.same_as(v[6]))
-                                            or (col.a.same_as(v[6]) and col.b.same_as(v[3])))
+    unit_w = is_sum(col, v[3], v[6])
     return Conv(blk.name_hint, x.source, w.source, ext, str(store.buffer.dtype), unit_w)
 
 

@@ -28,7 +28,7 @@ from compiler.codegen.cpu_rules.common import (
     static,
     try_vectorize,
 )
-from compiler.codegen.sblocks import sub_expressions
+from compiler.codegen.sblocks import is_sum, sub_expressions, uses
 
 
 def match(sch: s_tir.Schedule):
@@ -51,9 +51,6 @@ def match(sch: s_tir.Schedule):
     x = next((ld for ld in loads if ld is not w), None)
     if w is None or x is None or len(x.indices) != 4 or not x.indices[0].same_as(v[0]):
         return None
-
-    def uses(e, var) -> bool:
-        return any(y.same_as(var) for y in sub_expressions(e))
 
     if not uses(x.indices[1], v[1]) or any(uses(x.indices[1], var) for var in (v[2], v[3], v[5], v[6])):
         return None
@@ -126,14 +123,12 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     return True
 
 
-
 def _one_to_one(sch: s_tir.Schedule, conv, x_buf) -> bool:
     """Whether output channel o reads input channel o (a channel multiplier of 1)."""
     blk = sch.get(conv)
     o, rc = blk.iter_vars[1].var, blk.iter_vars[4].var
     x = next(x for x in sub_expressions(blk.body.value) if isinstance(x, TensorLoad) and x.source.same_as(x_buf))
-    c = x.indices[1]
-    return c.same_as(o) or (isinstance(c, tirx.Add) and ((c.a.same_as(o) and c.b.same_as(rc)) or (c.b.same_as(o) and c.a.same_as(rc))))
+    return x.indices[1].same_as(o) or is_sum(x.indices[1], o, rc)
 
 
 def _blocked(sch: s_tir.Schedule, conv, pad, out, ow: int, vl: int, ctx: Context) -> None:

@@ -176,15 +176,14 @@ def plan(e: Einsum) -> Plan:
     mi = 1 if m == 1 else min(ACCUMULATORS // (ni // vl), m)
     mt_want = 64 if order == "kout" else 32
     batch = math.prod(e.ext[p] for p in e.batch)
-    if order == "gemv" and n > ni and n % ni:
+    if order == "gemv" and n > ni:
         # A GEMV pads nothing where N has a divisor of whole 4-lane pieces up to three vectors (1000
-        # classes: 40 columns a panel on AVX-512, 8 on AVX2): padding B copied all of it every call (a
+        # classes: 40 columns a panel on AVX-512, 20 on AVX2): padding B copied all of it every call (a
         # classifier's 5-8 MB), where the product reads it once.
         fit = [d for d in range(MIN_LANES, 3 * vl + 1, MIN_LANES) if n % d == 0]
-        ni = max(fit) if fit else ni
-    if order == "gemv" and n > ni and n % ni == 0:  # strips of whole panels that divide N, up to 4
-        tiles = n // ni
-        nt_want = ni * max(d for d in range(1, 5) if tiles % d == 0)
+        ni = ni if n % ni == 0 or not fit else max(fit)
+        if n % ni == 0:  # strips of whole panels that divide N, up to 4
+            nt_want = ni * max(d for d in range(1, 5) if (n // ni) % d == 0)
     np_, nt = _split(n, ni, nt_want)
     mp, mt = _split(m, mi, mt_want)
     # Enough tasks for every core: narrower tiles for small products (two per core balance better).
@@ -367,7 +366,6 @@ def _pack_a(sch: s_tir.Schedule, c, e: Einsum, p: Plan, before: list, vl: int) -
     loops = sch.get_loops(ap)
     sch.parallel(loops[0])
     try_vectorize(sch, loops[-1], vl)
-
 
 
 def _parallel_copy(sch: s_tir.Schedule, b, vl: int) -> None:

@@ -336,6 +336,42 @@ def test_conv2d_flat_tiles_with_a_short_last_tile(monkeypatch, n, c, h, blocks, 
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize(
+    "c,h,o,k,stride",
+    [
+        (48, 13, BLOCK, 1, 1),  # two vectors: 5-pixel tiles, a last one of 3 (1 and 13 divide 13)
+        (32, 13, BLOCK // 2, 1, 1),  # one vector: 8-pixel tiles, a last one of 5
+        (3, 23, BLOCK, 3, 2),  # a stride-2 RGB stem to 11x11: 6-pixel tiles, a last one of 5
+    ],
+)
+def test_conv2d_row_tiles_with_a_short_last_tile(monkeypatch, c, h, o, k, stride) -> None:
+    """Rows that no tile of 4-6 pixels (two vectors) or 8-12 (one) divides, where flat tiles decline (one
+    output-channel block for two cores): the row's last tile is cut short and peeled off, not every tile
+    shrunk to a divisor of the row (1 pixel for 13)."""
+    from compiler.codegen.cpu_rules import conv2d
+
+    monkeypatch.setattr(conv2d, "_cores", lambda: 2)
+    ins, out = conv_te(1, c, h, h, o, k, k, stride, 0, True)
+    script = schedule_cpu.schedule(te.create_prim_func([*ins, out]), ANCHOR).script()
+    assert "pragma_loop_partition_hint" in script
+    x, wt, b = rand((1, c, h, h)), rand((o, c, k, k)), rand((o,))
+    got, rule = run([*ins, out], ANCHOR, x, wt, b)
+    assert rule == "conv2d"
+    want = np.maximum(conv_loops(x, wt, stride, 0) + b[None, :, None, None], 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_conv2d_row_tile_sizes() -> None:
+    """The rule's arithmetic, host-free: the preferred size unless the row's last tile would be shorter
+    than half a tile, then the next; whole rows when short; rows of 7 one vector wide."""
+    from compiler.codegen.cpu_rules.conv2d import tile
+
+    assert tile(56, 32, 16) == (32, 4) and tile(55, 32, 16) == (32, 4) and tile(13, 32, 16) == (32, 5)
+    assert tile(111, 16, 8) == (16, 4) and tile(7, 32, 16) == (16, 7) and tile(6, 16, 8) == (16, 6)
+    assert tile(13, 16, 16) == (16, 8) and tile(56, 8, 8) == (8, 12) and tile(60, 8, 8) == (8, 12)
+    assert tile(28, 16, 16) == (16, 11) and tile(8, 16, 16) == (16, 8)
+
+
 def test_conv2d_flat_tiles_need_parallel_work_for_every_core(monkeypatch) -> None:
     """A short last tile keeps the parallel loop to (images, output-channel blocks): with fewer than two
     of those a core, maps of 4k pixels take whole 4-pixel tiles, in parallel over every tile."""

@@ -190,6 +190,8 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
         sch.transform_layout(conv, ("write", 0), lambda a, b, h, w: (a, b // ob, h, w, b % ob))
         i_n, i_o, i_h, i_w, r_c, r_h, r_w = sch.get_loops(conv)
         rows, (wo, wi) = [i_h], sch.split(i_w, [None, px])
+        if ow % px:  # the row's short last tile peeled off, the others free of its predicate
+            sch.annotate(wo, "pragma_loop_partition_hint", 1)
     oo, oi = sch.split(i_o, [None, ob])
     co, cc = sch.split(r_c, [None, cb])
     if tail:
@@ -283,17 +285,23 @@ def _cores() -> int:
 
 
 def tile(ow: int, ob: int, vl: int) -> tuple[int, int]:
-    """The register tile: `ob` output channels (one or two vectors) x `px` pixels of a row, `px` dividing
-    the row. Rows of 7 (ResNet's last stage, where `flat_tile` declines: too few output-channel blocks
-    to share among the cores) take 7 pixels of one vector: two vectors would need 14 accumulators and
-    spill (single thread: 62 -> 44 GFLOP/s), and the fallback of 1 or 2 pixels reloads each weight vector for every
-    pixel (512->512 3x3 at 7x7: 48 -> 149 GFLOP/s on two threads)."""
-    if ow % 4 == 0:
-        return ob, 4
-    if ow % 7 == 0:
+    """The register tile: `ob` output channels (one or two vectors) x `px` pixels of a row. Two vectors
+    take 4 pixels (8 accumulators; 6 measured no faster), one vector 12 (as the flat tile: 4 pixels of
+    one vector left FMA latency exposed: 144->24 1x1 at 56x56 on 8-lane vectors 262 -> 199 us; 8, which
+    divides 56, 223 us), or a few pixels more, or fewer, where the row's last tile would be shorter than
+    half a tile; that last tile is peeled off. (SqueezeNet's 13x13 rows took 1-pixel tiles, 13's
+    divisors being 1 and 13: 512->64 1x1 152 -> 57 us with 5-pixel ones; a 4-pixel tile and a last one
+    of 1: 65 us. Its 111-pixel stem rows took 3-pixel tiles: 390 -> 344 us with 4.) Rows of 7
+    (ResNet's last stage, where `flat_tile` declines: too few output-channel blocks to share among the
+    cores) take 7 pixels of one vector: two vectors would need 14 accumulators and spill with 16
+    registers (62 -> 44 GFLOP/s on one thread), and the 1- or 2-pixel tiles reloaded each weight vector
+    for every pixel (512->512 3x3 at 7x7: 48 -> 149 GFLOP/s on two threads)."""
+    if ob == 2 * vl and ow % 4 and ow % 7 == 0:
         return vl, 7
-    return ob, _divisor(ow, (6, 5, 3, 2))
-
+    sizes = (4, 5, 6) if ob == 2 * vl else (12, 11, 10, 9, 8)
+    if ow <= sizes[-1]:
+        return ob, ow
+    return ob, next((p for p in sizes if ow % p == 0 or 2 * (ow % p) >= p), None) or max(sizes, key=lambda p: ow % p)
 
 
 def _weightpack_loops(sch: s_tir.Schedule, b, ob: int, cb: int, parallel: bool) -> None:

@@ -75,7 +75,7 @@ CASES = {
                     lambda x: softmax(x, log=True)),
 }
 POOLS = {
-    "max_pool2d 2x2/2": ("{kernel = [2, 2]}", 2, 2, 0),
+    "max_pool2d 2x2/2": ("{kernel = [2, 2]}", 2, 2, 0),  # rows as vectors of stride-2 reads
     "max_pool2d 3x3/1 padded": ("{kernel = [3, 3], strides = [1, 1], padding = [1, 1, 1, 1]}", 3, 1, 1),
     "max_pool2d 3x3/2 padded": ("{kernel = [3, 3], strides = [2, 2], padding = [1, 1, 1, 1]}", 3, 2, 1),
 }

@@ -15,7 +15,7 @@ tvm = pytest.importorskip("tvm")
 
 from tvm import te, topi  # noqa: E402
 
-from compiler.codegen import schedule_cpu  # noqa: E402
+from compiler.codegen import llvm_pipeline, schedule_cpu  # noqa: E402
 from compiler.codegen.cpu_rules import matmul, rewrite  # noqa: E402
 from compiler.codegen.cpu_rules.common import lanes  # noqa: E402
 from compiler.codegen.target import llvm_target  # noqa: E402
@@ -38,7 +38,7 @@ def run(tensors: list, kind: str, *arrays: np.ndarray, constants: tuple = ()) ->
     the inputs named in `constants` are passed prepacked as the schedule asks."""
     prim = te.create_prim_func(tensors)
     scheduled = schedule_cpu.schedule(prim, kind, constants)
-    fn = tvm.compile(scheduled, target=llvm_target())["main"]
+    fn = llvm_pipeline.compile_cpu(scheduled, llvm_target())["main"]
     packed = dict(scheduled.attrs.get("gc.prepack", {}))
     names = [str(t.op.name) for t in tensors[:-1]]
     arrays = tuple(schedule_cpu.prepack(a, str(packed[n])) if n in packed else a for n, a in zip(names, arrays))
@@ -692,6 +692,10 @@ def test_transposing_copy_moves_tiles(shape: tuple, perm: tuple, tiled: bool) ->
     ("avg_pool2d", "kernel = [2, 3], ceil_mode = true", (3, 4, 7, 11), (3, 4, 4, 4)),
     ("avg_pool2d", "kernel = [2, 2]", (1, 3, 2, 8), (1, 3, 1, 4)),  # one output row
     ("max_pool2d", "kernel = [3, 1], strides = [1, 1]", (2, 3, 5, 1), (2, 3, 3, 1)),  # one output column
+    # Strided, unpadded: rows as vectors of stride-2 (-3) reads, whole rows up to four vectors, else split.
+    ("max_pool2d", "kernel = [3, 3], strides = [2, 2], ceil_mode = true", (1, 4, 27, 27), (1, 4, 13, 13)),
+    ("max_pool2d", "kernel = [3, 3], strides = [2, 2]", (1, 2, 5, 111), (1, 2, 2, 55)),
+    ("max_pool2d", "kernel = [3, 3], strides = [3, 3]", (1, 3, 9, 400), (1, 3, 3, 133)),
 ])
 def test_pools_get_the_pool_rule_with_a_fused_relu(op: str, attrs: str, shape: tuple, out: tuple) -> None:
     import compiler

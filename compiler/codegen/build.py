@@ -126,7 +126,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     function's kernels into one library."""
     import tvm
 
-    from compiler.codegen import schedule_cpu
+    from compiler.codegen import llvm_pipeline, schedule_cpu
 
     tgt = make_target(target, arch)
     file_order_bound = plan_module(module, target, entry, concurrent=concurrent)
@@ -149,7 +149,12 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
         k.schedule = str(prim.attrs["gc.schedule"]) if prim.attrs and "gc.schedule" in prim.attrs else "none"  # type: ignore[attr-defined]
         funcs[k.name] = prim
     scheduled = tvm.IRModule(funcs)
-    lib = tvm.compile(scheduled, target=tgt) if funcs else None
+    if not funcs:
+        lib = None
+    elif target == "llvm":
+        lib = llvm_pipeline.compile_cpu(scheduled, tgt)  # TVM's lowering, then strided loads as shuffles
+    else:
+        lib = tvm.compile(scheduled, target=tgt)
     plan, consts = _plan(module, entry, kernels)
     if file_order_bound is not None:
         plan["memory"]["file_order_lower_bound_bytes"] = file_order_bound

@@ -1,0 +1,72 @@
+"""The `gc-llvm` TIR pipeline: TVM's own lowering, with NaN tests that vectorize and strided vector loads
+as contiguous loads and a shuffle.
+
+TVM's vectorizer scalarizes a whole loop that calls an op it does not know to be lane-wise; `isnan` is
+one, so every NaN-propagating max or min (a max pool's reducer, `maximum`) ran one lane at a time; it is
+lane-wise, and marked so here (a max pool 3x3/2 on 256 maps of 27x27: see cpu_rules/pool.py).
+
+TVM lowers a vector load whose lanes step by a constant s > 1 (`x[ramp(b, 2, 16)]`: a stride-2 pool,
+conv or depthwise conv reading every other column) to one scalar load per lane, a gather. The same
+lanes lie in the s*(n-1)+1 contiguous elements from b: here such a load becomes a few contiguous
+n-lane loads covering exactly that span (the last one shifted back so that nothing past the span is
+read) and one shuffle picking the lanes, which LLVM emits as permutes (vpermt2ps on AVX-512). The
+rewrite runs after TVM's own lowering (vectorization included), on every kernel the CPU build compiles;
+a schedule may then vectorize a strided axis where the gather used to make it slower than scalar code.
+(TIR offers no Python mutator in TVM 0.27; tvm_ffi's structural_map walks and rebuilds it.)
+"""
+
+from __future__ import annotations
+
+import tvm
+import tvm_ffi
+from tvm import tirx
+from tvm.ir.expr import TensorLoad
+from tvm.s_tir.pipeline import default_s_tir_pipeline
+
+PIPELINE = "gc-llvm"
+tvm.ir.register_op_attr("tirx.isnan", "TVectorizable", True)
+MAX_STRIDE = 4  # wider steps read more vectors than the lanes they keep: a gather is no worse
+
+
+def deinterleave(load):
+    """`load` as contiguous loads and a shuffle, or itself where it is no constant-stride vector load."""
+    if getattr(load, "predicate", None) is not None or not load.indices:
+        return load
+    ramp = load.indices[-1]
+    if not isinstance(ramp, tirx.Ramp) or len(load.indices) != 1:
+        return load
+    stride, lanes = ramp.stride, ramp.lanes
+    if not isinstance(stride, tirx.IntImm) or not isinstance(lanes, tirx.IntImm):
+        return load
+    s, n = int(stride), int(lanes)
+    if not 2 <= s <= MAX_STRIDE or n < 2:
+        return load
+    span = s * (n - 1) + 1
+    starts = [min(t * n, span - n) for t in range(-(-span // n))]
+    base = ramp.base
+    vectors = [tirx.BufferLoad(load.source, [tirx.Ramp(base + st, 1, n)]) for st in starts]
+    picks = []
+    for k in range(n):
+        e = s * k
+        t = next(t for t, st in enumerate(starts) if st <= e < st + n)
+        picks.append(t * n + e - starts[t])
+    return tirx.Shuffle(vectors, [tirx.const(i, "int32") for i in picks])
+
+
+@tirx.transform.prim_func_pass(opt_level=0, name="gc.DeinterleaveStridedLoads")
+def deinterleave_strided_loads(func, _mod, _ctx):
+    body = tvm_ffi.structural_map(func.body, [(TensorLoad, deinterleave)])
+    return func if body.same_as(func.body) else func.with_body(body)
+
+
+def _pipeline():
+    lower, finalize_host, finalize_device = default_s_tir_pipeline()
+    return tvm.transform.Sequential([lower, deinterleave_strided_loads]), finalize_host, finalize_device
+
+
+tvm.tirx.register_tir_pipeline(PIPELINE, _pipeline)
+
+
+def compile_cpu(mod, target):
+    """tvm.compile for the CPU through the `gc-llvm` pipeline (what the builder and the tests use)."""
+    return tvm.compile(mod, target=target, tir_pipeline=PIPELINE)

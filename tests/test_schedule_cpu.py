@@ -304,6 +304,25 @@ def test_conv2d_matches_loops(n, c, h, w, o, k, stride, pad, bias, rule) -> None
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("w,stride,o", [(64, 2, 8), (96, 2, 16), (64, 1, 8), (40, 1, 8)])
+def test_rgb_stems_take_the_pixel_tile_at_stride_1_and_2(monkeypatch, w, stride, o) -> None:
+    """27 products an output (3 channels, 3x3): vectors of pixels along a row, read contiguously or, at
+    stride 2, as contiguous loads and a shuffle; two vectors a tile where they divide the row, else one."""
+    from compiler.codegen.cpu_rules import conv2d
+
+    used = []
+    original = conv2d._pixel_tile
+    monkeypatch.setattr(conv2d, "_pixel_tile", lambda *a: used.append(a[-1]) or original(*a))
+    ins, out = conv_te(1, 3, 6, w, o, 3, 3, stride, 1, True)
+    x, wt, b = rand((1, 3, 6, w)), rand((o, 3, 3, 3)), rand((o,))
+    got, rule = run([*ins, out], ANCHOR, x, wt, b)
+    ow = (w + 2 - 3) // stride + 1
+    vl = lanes("float32")
+    assert rule == "conv2d" and used == ([1 if ow % (2 * vl) else 2] if ow % vl == 0 else [])
+    want = np.maximum(conv_loops(x, wt, stride, 1) + b[None, :, None, None], 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 # Output channels in blocks of a flat tile: two vectors of the host (16 channels with AVX2, 32 with AVX-512).
 BLOCK = 2 * lanes("float32")
 

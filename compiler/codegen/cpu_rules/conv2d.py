@@ -31,10 +31,11 @@ from compiler.codegen.cpu_rules.common import (
     pack_loops,
     read_index,
     single_reduction,
+    static,
     try_vectorize,
     vector_dividing,
 )
-from compiler.codegen.sblocks import is_sum
+from compiler.codegen.llvm_pipeline import MAX_STRIDE
 
 # Weights passed per call are repacked per call: in parallel only from this many elements on (waking
 # the thread pool costs more than copying a small conv's weights on one core).
@@ -71,7 +72,7 @@ class Conv:
     w_buf: object
     ext: list[int]  # n, o, oh, ow, c, kh, kw
     dtype: str
-    unit_w: bool = False  # the input column is ow + kw: stride and dilation 1 along W
+    col_step: int | None = None  # d(input column) / d(output column): the stride along W, if linear
 
 
 def match(sch: s_tir.Schedule) -> Conv | None:
@@ -90,8 +91,7 @@ def match(sch: s_tir.Schedule) -> Conv | None:
     if not _is_weight(w, v) or len(x.indices) != 4 or not x.indices[0].same_as(v[0]) or not x.indices[1].same_as(v[4]):
         return None
     col = x.indices[3]
-    unit_w = is_sum(col, v[3], v[6])
-    return Conv(blk.name_hint, x.source, w.source, ext, str(store.buffer.dtype), unit_w)
+    return Conv(blk.name_hint, x.source, w.source, ext, str(store.buffer.dtype), _coefficient(col, v[3]))
 
 
 def _product(e):
@@ -105,6 +105,13 @@ def _product(e):
     while isinstance(b, tirx.Cast):
         b = b.value
     return (a, b) if isinstance(a, TensorLoad) and isinstance(b, TensorLoad) else None
+
+
+def _coefficient(e, var) -> int | None:
+    from tvm.sym import detect_linear_equation
+
+    coeffs = detect_linear_equation(e, [var])
+    return static(coeffs[0]) if len(coeffs) == 2 else None
 
 
 def _is_weight(ld, v) -> bool:
@@ -129,8 +136,11 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
         return False
     n, o, oh, ow, ci, kh, kw = c.ext
     pixel_vl = lanes(c.dtype)
-    pixels = (ci * kh * kw <= PIXEL_TILE_REDUCTION and c.unit_w and ow % (2 * pixel_vl) == 0
-              and o % PIXEL_TILE_CHANNELS == 0)
+    # The pixel tile: rows of whole vectors read at stride 1, or 2-4 (contiguous loads and a shuffle);
+    # two vectors of a row where they divide it, else one for twice the channels.
+    pixel_vectors = 2 if ow % (2 * pixel_vl) == 0 else 1
+    pixels = (ci * kh * kw <= PIXEL_TILE_REDUCTION and c.col_step is not None and 1 <= c.col_step <= MAX_STRIDE
+              and ow % pixel_vl == 0 and o % (PIXEL_TILE_CHANNELS * 2 // pixel_vectors) == 0)
     # Output channels in vectors: whole registers where they divide the channels, else halves or quarters
     # (8 lanes for 24 channels on AVX-512); two vectors a tile where they fit.
     vl = vector_dividing(o, c.dtype)
@@ -149,7 +159,7 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     out = after[-1] if after else sch.cache_write(conv, 0, "global")
     pad = next((b for b in before if sch.get(b).writes[0].source.same_as(c.x_buf)), None)
     if pixels:
-        _pixel_tile(sch, conv, out, pad, vl)
+        _pixel_tile(sch, conv, out, pad, vl, pixel_vectors)
         return True
     cb = _divisor(ci, (16, 32, 8, 24, 12, 4, 6, 3, 2))
     # One vector of channels (24 or 1000 channels on AVX-512: 8-lane vectors, one a block) takes twice the
@@ -245,16 +255,18 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     return True
 
 
-def _pixel_tile(sch: s_tir.Schedule, conv, out, pad, vl: int) -> None:
+def _pixel_tile(sch: s_tir.Schedule, conv, out, pad, vl: int, vectors: int) -> None:
     """Few input channels (a network's first conv: 3 x 3 x 3 products per output): the register tile is
-    PIXEL_TILE_CHANNELS output channels x two vectors of pixels along W, read as contiguous vectors from
-    the (zero-padded) NCHW input, weights broadcast. The reduction is too short to amortize the channel
+    PIXEL_TILE_CHANNELS output channels x two vectors of pixels along W (twice the channels x one vector
+    where two do not divide the row), read as vectors from the (zero-padded) NCHW input, contiguous, or
+    at stride 2 two loads and a shuffle (MobileNet's stem, 3->32 at 224 -> 112: 199 -> 173 us), weights
+    broadcast. The reduction is too short to amortize the channel
     tile's NCHW write-back (a 16x4 transpose through memory); here the accumulators are NCHW rows already
     and the epilogue stores them as they are (3->32 channels at 32x32: 20.2 -> 13.6 us; batch 16:
     250 -> 170 us)."""
     i_n, i_o, i_h, i_w, r_c, r_h, r_w = sch.get_loops(conv)
-    oo, oi = sch.split(i_o, [None, PIXEL_TILE_CHANNELS])
-    wo, wi = sch.split(i_w, [None, 2 * vl])
+    oo, oi = sch.split(i_o, [None, PIXEL_TILE_CHANNELS * 2 // vectors])
+    wo, wi = sch.split(i_w, [None, vectors * vl])
     sch.reorder(i_n, oo, i_h, wo, r_c, r_h, r_w, oi, wi)
     sch.reverse_compute_at(out, wo)
     sch.parallel(sch.fuse(i_n, oo, i_h))
@@ -262,8 +274,8 @@ def _pixel_tile(sch: s_tir.Schedule, conv, out, pad, vl: int) -> None:
     sch.unroll(oi)
     sch.unroll(r_w)
     init = sch.decompose_reduction(conv, r_c)
-    try_vectorize(sch, sch.get_loops(init)[-1], 2 * vl)
-    try_vectorize(sch, sch.get_loops(out)[-1], 2 * vl)
+    try_vectorize(sch, sch.get_loops(init)[-1], vectors * vl)
+    try_vectorize(sch, sch.get_loops(out)[-1], vectors * vl)
     if pad is not None:
         _pad_loops(sch, pad)
 

@@ -281,7 +281,7 @@ def conv_loops(x, w, stride, pad) -> np.ndarray:
         (2, 8, 12, 6, 16, 3, 1, 1, True, "conv2d"),  # rows of 6, 72 pixels a map: 6-pixel flat tiles
         (1, 48, 28, 28, 32, 3, 2, 1, True, "conv2d"),  # stride 2 to 14x14, packed input: flat
         (1, 40, 10, 10, 16, 1, 1, 0, False, "conv2d"),  # 1x1 on a small unpadded map: NCHW in place, flat
-        # 27 products or fewer per output, unit stride along W, rows of 16: the pixel tile.
+        # 27 products or fewer per output, rows of whole vectors: the pixel tile.
         (1, 3, 8, 16, 8, 3, 1, 1, True, "conv2d"),
         (2, 2, 5, 18, 4, 3, 1, 0, False, "conv2d"),
         # Over 32 input channels the input is packed NCHW16c: from the pad stage, or copied when none pads.
@@ -360,7 +360,7 @@ def test_conv2d_flat_tiles_with_a_short_last_tile(monkeypatch, n, c, h, blocks, 
     [
         (48, 13, BLOCK, 1, 1),  # two vectors: 5-pixel tiles, a last one of 3 (1 and 13 divide 13)
         (32, 13, BLOCK // 2, 1, 1),  # one vector: 8-pixel tiles, a last one of 5
-        (3, 23, BLOCK, 3, 2),  # a stride-2 RGB stem to 11x11: 6-pixel tiles, a last one of 5
+        (3, 23, BLOCK, 3, 2),  # a stride-2 RGB stem to 11x11: 4-pixel tiles, a last one of 3
     ],
 )
 def test_conv2d_row_tiles_with_a_short_last_tile(monkeypatch, c, h, o, k, stride) -> None:
@@ -389,6 +389,7 @@ def test_conv2d_row_tile_sizes() -> None:
     assert tile(111, 16, 8) == (16, 4) and tile(7, 32, 16) == (16, 7) and tile(6, 16, 8) == (16, 6)
     assert tile(13, 16, 16) == (16, 8) and tile(56, 8, 8) == (8, 12) and tile(60, 8, 8) == (8, 12)
     assert tile(28, 16, 16) == (16, 11) and tile(8, 16, 16) == (16, 8)
+    assert tile(11, 8, 8) == (8, 11) and tile(9, 16, 16) == (16, 9) and tile(3, 32, 16) == (32, 3)
 
 
 def test_conv2d_flat_tiles_need_parallel_work_for_every_core(monkeypatch) -> None:
@@ -777,7 +778,7 @@ def depthwise_gir(c: int, h: int, w: int, k: int, s: int, mult: int = 1, epilogu
 
 @pytest.mark.parametrize("c,h,w,k,s,mult,epilogue,dil", [
     (16, 12, 12, 3, 1, 1, "clip", 1),  # MobileNetV2's 3x3, ReLU6 fused
-    (8, 13, 13, 3, 2, 1, "clip", 1),  # stride 2 on an odd map: columns split by parity
+    (8, 13, 13, 3, 2, 1, "clip", 1),  # stride 2 on an odd map: two loads and a shuffle a vector
     (12, 14, 14, 5, 1, 1, "silu", 1),  # EfficientNet's 5x5, SiLU fused
     (12, 28, 28, 5, 2, 1, "none", 1),
     (24, 7, 7, 3, 1, 1, "clip", 1),  # a 7-pixel row: one short vector

@@ -3,7 +3,8 @@ as contiguous loads and a shuffle.
 
 TVM's vectorizer scalarizes a whole loop that calls an op it does not know to be lane-wise; `isnan` is
 one, so every NaN-propagating max or min (a max pool's reducer, `maximum`) ran one lane at a time; it is
-lane-wise, and marked so here (a max pool 3x3/2 on 256 maps of 27x27: see cpu_rules/pool.py).
+lane-wise, and marked so here (a max pool 3x3/2 on 256 maps of 27x27: see cpu_rules/pool.py). The mark
+is TVM's op registry's, for the whole process: CUDA builds vectorize such loops too.
 
 TVM lowers a vector load whose lanes step by a constant s > 1 (`x[ramp(b, 2, 16)]`: a stride-2 pool,
 conv or depthwise conv reading every other column) to one scalar load per lane, a gather. The same
@@ -29,12 +30,11 @@ MAX_STRIDE = 4  # wider steps read more vectors than the lanes they keep: a gath
 
 
 def deinterleave(load):
-    """`load` as contiguous loads and a shuffle, or itself where it is no constant-stride vector load."""
-    if getattr(load, "predicate", None) is not None or not load.indices:
+    """`load` as contiguous loads and a shuffle, or itself where it is no constant-stride vector load of a
+    flattened buffer of scalars. (Masked loads are calls, not loads: they stay as they are.)"""
+    if len(load.indices) != 1 or not isinstance(load.indices[0], tirx.Ramp) or load.source.dtype.lanes != 1:
         return load
-    ramp = load.indices[-1]
-    if not isinstance(ramp, tirx.Ramp) or len(load.indices) != 1:
-        return load
+    ramp = load.indices[0]
     stride, lanes = ramp.stride, ramp.lanes
     if not isinstance(stride, tirx.IntImm) or not isinstance(lanes, tirx.IntImm):
         return load

@@ -40,6 +40,15 @@ def single_reduction(sch: s_tir.Schedule, spatial: int, reduce: int):
     return blk, ivs, ext
 
 
+def coefficient(e, var) -> int | None:
+    """d e / d var where e is linear in var with a constant coefficient (an input column's stride along
+    the output column), else None."""
+    from tvm.sym import detect_linear_equation
+
+    coeffs = detect_linear_equation(e, [var])
+    return static(coeffs[0]) if len(coeffs) == 2 else None
+
+
 def read_index(sch: s_tir.Schedule, block, buf) -> int:
     """The position of `buf` among the block's reads (what cache_read and transform_layout address it by)."""
     return next(i for i, r in enumerate(sch.get(block).reads) if r.source.same_as(buf))

@@ -23,6 +23,7 @@ from tvm.ir.expr import TensorLoad
 from compiler.codegen.cpu_rules.common import (
     Context,
     blocks,
+    coefficient,
     epilogue_on_vectors,
     extent,
     heavy_epilogue,
@@ -31,7 +32,6 @@ from compiler.codegen.cpu_rules.common import (
     pack_loops,
     read_index,
     single_reduction,
-    static,
     try_vectorize,
     vector_dividing,
 )
@@ -91,7 +91,7 @@ def match(sch: s_tir.Schedule) -> Conv | None:
     if not _is_weight(w, v) or len(x.indices) != 4 or not x.indices[0].same_as(v[0]) or not x.indices[1].same_as(v[4]):
         return None
     col = x.indices[3]
-    return Conv(blk.name_hint, x.source, w.source, ext, str(store.buffer.dtype), _coefficient(col, v[3]))
+    return Conv(blk.name_hint, x.source, w.source, ext, str(store.buffer.dtype), coefficient(col, v[3]))
 
 
 def _product(e):
@@ -105,13 +105,6 @@ def _product(e):
     while isinstance(b, tirx.Cast):
         b = b.value
     return (a, b) if isinstance(a, TensorLoad) and isinstance(b, TensorLoad) else None
-
-
-def _coefficient(e, var) -> int | None:
-    from tvm.sym import detect_linear_equation
-
-    coeffs = detect_linear_equation(e, [var])
-    return static(coeffs[0]) if len(coeffs) == 2 else None
 
 
 def _is_weight(ld, v) -> bool:
@@ -259,7 +252,7 @@ def _pixel_tile(sch: s_tir.Schedule, conv, out, pad, vl: int, vectors: int) -> N
     """Few input channels (a network's first conv: 3 x 3 x 3 products per output): the register tile is
     PIXEL_TILE_CHANNELS output channels x two vectors of pixels along W (twice the channels x one vector
     where two do not divide the row), read as vectors from the (zero-padded) NCHW input, contiguous, or
-    at stride 2 two loads and a shuffle (MobileNet's stem, 3->32 at 224 -> 112: 199 -> 173 us), weights
+    at stride 2-4 contiguous loads and a shuffle (MobileNet's stem, 3->32 at 224 -> 112: 199 -> 173 us), weights
     broadcast. The reduction is too short to amortize the channel
     tile's NCHW write-back (a 16x4 transpose through memory); here the accumulators are NCHW rows already
     and the epilogue stores them as they are (3->32 channels at 32x32: 20.2 -> 13.6 us; batch 16:
@@ -311,7 +304,7 @@ def tile(ow: int, ob: int, vl: int) -> tuple[int, int]:
     if ob == 2 * vl and ow % 4 and ow % 7 == 0:
         return vl, 7
     sizes = (4, 5, 6) if ob == 2 * vl else (12, 11, 10, 9, 8)
-    if ow <= sizes[-1]:
+    if ow <= max(sizes):
         return ob, ow
     return ob, next((p for p in sizes if ow % p == 0 or 2 * (ow % p) >= p), None) or max(sizes, key=lambda p: ow % p)
 

@@ -20,13 +20,13 @@ from tvm.ir.expr import TensorLoad
 from compiler.codegen.cpu_rules.common import (
     Context,
     blocks,
+    coefficient,
     epilogue_on_vectors,
     heavy_epilogue,
     lanes,
     pack_loops,
     read_index,
     single_reduction,
-    static,
     try_vectorize,
 )
 from compiler.codegen.sblocks import is_sum, sub_expressions, uses
@@ -55,18 +55,10 @@ def match(sch: s_tir.Schedule):
 
     if not uses(x.indices[1], v[1]) or any(uses(x.indices[1], var) for var in (v[2], v[3], v[5], v[6])):
         return None
-    stride = _coefficient(x.indices[3], v[3])
+    stride = coefficient(x.indices[3], v[3])
     if stride is None or stride < 1:
         return None
     return blk.name_hint, ext, stride, x.source
-
-
-def _coefficient(e, var) -> int | None:
-    """d e / d var, if e is linear in it (the input column's stride along the output column)."""
-    from tvm.sym import detect_linear_equation
-
-    coeffs = detect_linear_equation(e, [var])
-    return static(coeffs[0]) if len(coeffs) == 2 else None
 
 
 def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:

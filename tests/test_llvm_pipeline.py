@@ -62,9 +62,25 @@ def test_strided_vector_loads_compute_the_right_values(monkeypatch, stride: int,
     assert len(shuffles) == 2  # both loads
 
 
-def test_nan_tests_vectorize_and_keep_their_meaning() -> None:
+def capture_lowered(monkeypatch) -> list[str]:
+    """The text of every kernel as the gc-llvm pipeline lowers it (TVM's lowering done, vectorized loops
+    expanded: a loop TVM scalarized instead is named `<var>_s`)."""
+    seen: list[str] = []
+    original = llvm_pipeline.deinterleave_strided_loads
+
+    @tirx.transform.prim_func_pass(opt_level=0)
+    def spy(func, mod, ctx):
+        seen.append(func.script())
+        return func
+
+    monkeypatch.setattr(llvm_pipeline, "deinterleave_strided_loads", tvm.transform.Sequential([original, spy]))
+    return seen
+
+
+def test_nan_tests_vectorize_and_keep_their_meaning(monkeypatch) -> None:
     """TVM scalarized every loop calling isnan (a NaN-propagating max: every max pool); it is lane-wise."""
     assert tvm.ir.Op.get("tirx.isnan").get_attr("TVectorizable")
+    seen = capture_lowered(monkeypatch)
     a = te.placeholder((64,), name="a")
     b = te.compute((64,), lambda i: tirx.Select(tirx.isnan(a[i]), tirx.const(7.0, "float32"), a[i]), name="b")
     sch = tvm.s_tir.Schedule(te.create_prim_func([a, b]))
@@ -75,3 +91,32 @@ def test_nan_tests_vectorize_and_keep_their_meaning() -> None:
     out = tvm.runtime.tensor(np.zeros(64, np.float32))
     fn(tvm.runtime.tensor(x), out)
     np.testing.assert_array_equal(out.numpy(), np.where(np.isnan(x), 7.0, x))
+    assert "_s in range" not in seen[0] and "T.isnan(a_1[T.Ramp(0, 1, 64)])" in seen[0]
+
+
+@pytest.mark.parametrize("attrs,shape,out,strided", [
+    ("kernel = [3, 3], strides = [2, 2], ceil_mode = true", (1, 4, 27, 27), (1, 4, 13, 13), True),
+    ("kernel = [3, 3], strides = [2, 2], padding = [1, 1, 1, 1]", (1, 4, 40, 40), (1, 4, 20, 20), True),
+    ("kernel = [3, 3], strides = [1, 1], padding = [1, 1, 1, 1]", (1, 4, 24, 24), (1, 4, 24, 24), False),
+])
+def test_max_pools_run_in_vectors(monkeypatch, attrs, shape, out, strided) -> None:
+    """The pool rule's rows stay vectors through TVM's lowering: NaN-propagating max, a padded window (its
+    padding computed a plane at a time), strided reads (a shuffle of contiguous loads)."""
+    import compiler
+    from compiler.interpreter import run as interpret
+    from compiler.parser import parse
+
+    seen = capture_lowered(monkeypatch)
+    t_in, t_out = "x".join(map(str, shape)), "x".join(map(str, out))
+    text = (f"func @main(%x: tensor<{t_in}xf32>) -> tensor<{t_out}xf32> {{\n"
+            f"  %p = graph.max_pool2d(%x) {{{attrs}}} : tensor<{t_out}xf32>\n  return %p\n}}\n")
+    model = compiler.compile(text, "llvm")
+    assert [c["schedule"] for c in model.plan["calls"]] == ["pool"]
+    pool = next(t for t in seen if "max_pool2d" in t)
+    body = pool[pool.index("compute_scope"):]
+    assert ("T.Shuffle" in body) == strided
+    assert not any(line.strip().startswith("for") and "_s in range" in line and "ax" not in line
+                   for line in body.splitlines())  # the pool's own loops (a padding's border may be scalar)
+    x = np.random.default_rng(0).standard_normal(shape).astype(np.float32)
+    x[0, 1, 3, 4] = np.nan
+    np.testing.assert_array_equal(model(x)[0], interpret(parse(text), {"x": x})[0])

@@ -2,30 +2,30 @@
 
 The generic schedule ran a window's reduction one output at a time, parallel over every output. Here
 the outer loop is (n, c, output row), in parallel; the taps come next, unrolled, and the output row is
-innermost, as vectors: each tap one vector read (contiguous at stride 1; at stride 2 or 3 contiguous
-reads and a shuffle, see codegen/llvm_pipeline.py) and one max/add into a row of accumulators. A
-padded window reads through a select at the edges (the padding stage inlined, no copy); strided, its
-column test is per lane and TVM's vectorizer scalarizes it, so that one stays scalar, the window
-innermost. The taps are unrolled in every case (3x3/1 padded, 64 maps of 56x56: 670 -> 470 us). An
-epilogue (avg's divide, a fused ReLU) runs on each row when it is finished.
-2x2/2 max pool of 32 maps of 32x32: 8.2 -> 2.5 us; ResNet-18's 3x3/2 one (64 maps of 112x112): 578 -> 211
-us; SqueezeNet's unpadded 3x3/2 ones, which were scalar: 256 maps of 27x27 121 -> 62 us, 64 of 111x111
-118 -> 107 (LLVM had vectorized that one itself, with the same shuffles), Zen 4.
+innermost, as vectors: each tap one vector read (contiguous at stride 1; at stride 2-4 contiguous reads
+and a shuffle, see codegen/llvm_pipeline.py) and one max/add into a row of accumulators. A padded pool
+computes its padding a plane at a time, right before the plane's rows (read through a select in the
+taps, the column test per lane made TVM scalarize the whole row). A stride read as a gather (over 4)
+stays scalar, the window innermost. An epilogue (avg's divide, a fused ReLU) runs on each row when it
+is finished. Zen 4, AVX-512: 2x2/2 max pool of 32 maps of 32x32: 8.2 -> 2.5 us; ResNet's 3x3/2 padded
+one (64 maps of 112x112): 578 -> 211 us, 322 -> 160 with the plane's padding; 3x3/1 padded on 64 maps
+of 56x56: 435 -> 83 us with it; SqueezeNet's unpadded 3x3/2 ones, which were scalar: 256 maps of 27x27
+121 -> 62 us, 64 of 111x111 118 -> 107 (LLVM had vectorized that one itself, with the same shuffles).
 Pools to one pixel (global) are the rows rule's.
 """
 
 from __future__ import annotations
 
 from tvm import s_tir, tirx
-from tvm.ir.expr import TensorLoad
+from tvm.ir.expr import Call, TensorLoad
 
-from compiler.codegen.cpu_rules.common import REDUCE, Context, blocks, lanes, static, try_vectorize
+from compiler.codegen.cpu_rules.common import REDUCE, Context, blocks, coefficient, lanes, static, try_vectorize
 from compiler.codegen.llvm_pipeline import MAX_STRIDE
 from compiler.codegen.sblocks import sub_expressions
 
 # Below this many outputs the kernel runs on one core: waking the pool costs more than the work.
 PARALLEL_OUTPUTS = 1 << 12
-ROW_VECTORS = 4
+ROW_VECTORS = 4  # rows up to this many vectors long are vectorized whole
 
 
 def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
@@ -44,26 +44,40 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
         return False
     name = blk.name_hint
     at = [sch.get(b).name_hint for b in order].index(name)
-    for b in order[:at]:
-        sch.compute_inline(b)  # the padding: a select in the taps, no copy
+    step = _column_step(blk)
+    vector = step is not None and 1 <= step <= MAX_STRIDE
+    # A padded window read through the padding's select tests its column per lane, on which TVM's
+    # vectorizer gives up: the padding is instead computed a plane at a time into a small buffer (in cache)
+    # right before the plane's rows read it, its interior in vectors (the border peeled off).
+    plane_copy = vector and at > 0 and _is_padding(sch.get(order[at - 1]))
+    for b in order[: at - 1 if plane_copy else at]:
+        sch.compute_inline(b)  # producers (and unmaterialized padding): read in the taps, no copy
     pool = sch.get_sblock(name)
     after = order[at + 1 :]
     for b in after[:-1]:
         sch.compute_inline(b)
     n, c, i, j, rh, rw = sch.get_loops(pool)
     vl = lanes(str(blk.body.buffer.dtype))
-    # A padded window's column test is a condition per lane, on which TVM's vectorizer gives up: a padded
-    # strided pool stays scalar, its window innermost; so does one of a stride read as a gather.
-    step = _column_step(sch.get(pool))
-    vector = step == 1 or (at == 0 and step is not None and step <= MAX_STRIDE)
+    large = ext[0] * ext[1] * ext[2] * ext[3] >= PARALLEL_OUTPUTS
     if vector:
         sch.reorder(n, c, i, rh, rw, j)
-    rows = sch.fuse(n, c, i)
-    if ext[0] * ext[1] * ext[2] * ext[3] >= PARALLEL_OUTPUTS:
-        sch.parallel(rows)
+    if plane_copy:
+        plane, rows = sch.fuse(n, c), i
+        if large:
+            sch.parallel(plane)
+        pad = sch.get_sblock(sch.get(order[at - 1]).name_hint)
+        sch.compute_at(pad, plane)
+        wo, wi = sch.split(sch.get_loops(pad)[-1], [None, vl])
+        sch.annotate(wo, "pragma_loop_partition_hint", 1)  # the border's pieces peeled, the rest unconditional
+        sch.vectorize(wi)
+    else:
+        rows = sch.fuse(n, c, i)
+        if large:
+            sch.parallel(rows)
     if vector:
-        # Rows of up to ROW_VECTORS vectors are one vector of the whole row (13 or 55 lanes: LLVM splits
-        # it into registers), no scalar tail; the taps unrolled, each row of accumulators stays in registers.
+        # Rows of up to ROW_VECTORS vectors are one vector of the whole row (with 16 lanes, SqueezeNet's
+        # 13 or 55: LLVM splits it into registers), no scalar tail; the taps unrolled, each row of
+        # accumulators stays in registers.
         width = ext[3] if ext[3] <= ROW_VECTORS * vl else vl
         try_vectorize(sch, j, width)  # before the init splits off: a block without one is no longer a reduction
         init = sch.decompose_reduction(pool, rh)
@@ -86,11 +100,10 @@ def _column_step(blk) -> int | None:
     j = blk.iter_vars[3].var
     loads = [x for x in sub_expressions(blk.body.value) if isinstance(x, TensorLoad) and len(x.indices) == 4]
     loads = [x for x in loads if not x.source.same_as(blk.body.buffer)]  # the input, not the accumulator
-    if not loads:
-        return None
-    col = list(sub_expressions(loads[0].indices[3]))
-    for x in col:
-        if isinstance(x, tirx.Mul) and (x.a.same_as(j) or x.b.same_as(j)):
-            k = x.b if x.a.same_as(j) else x.a
-            return int(k) if isinstance(k, tirx.IntImm) else None
-    return 1 if any(x.same_as(j) for x in col) else None
+    return coefficient(loads[0].indices[3], j) if loads else None
+
+
+def _is_padding(blk) -> bool:
+    """Whether a block is a padding stage: a select between its input and the pad value."""
+    value = getattr(blk.body, "value", None)
+    return isinstance(value, Call) and str(getattr(value.op, "name", "")).endswith("if_then_else")

@@ -10,6 +10,8 @@ import re
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 tvm = pytest.importorskip("tvm")
 
@@ -228,6 +230,20 @@ def test_matmul_plan_pads_instead_of_predicating() -> None:
     assert p.mp % p.mt == 0 and p.mt % p.mi == 0 and p.mp >= 63
     assert p.np_ % p.nt == 0 and p.nt % p.ni == 0 and p.np_ >= 10
     assert p.kp % p.kt == 0 and p.kp >= 1031
+
+
+@settings(max_examples=200, deadline=None)
+@given(n=st.integers(1, 5000), inner=st.sampled_from([1, 4, 8, 16, 32]), want=st.sampled_from([32, 64, 128, 256]))
+def test_matmul_split_pads_no_more_inner_tiles_than_one_chunk_count_near_want(n, inner, want) -> None:
+    padded, tile = matmul._split(n, inner, want)
+    assert padded >= n and padded % tile == 0 and tile % inner == 0
+    tiles = -(-n // inner)
+    near = -(-tiles // max(1, want // inner))  # the chunk count nearest `want`, as before the search
+    assert padded // inner - tiles <= -(-tiles // near) * near - tiles
+
+
+def test_matmul_split_of_vits_197_rows() -> None:
+    assert matmul._split(197, 4, 64) == (200, 40)  # 5 chunks of 40 rows, not 4 of 52 (208)
 
 
 # --- conv2d ------------------------------------------------------------------------------------------

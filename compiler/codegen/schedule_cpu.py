@@ -41,13 +41,13 @@ def schedule(
 
     `unaligned` declares the parameters aligned to their element size only, so that the kernel
     takes NumPy arrays as they come (malloc aligns to 16 bytes, TVM assumes 64); the attribute
-    `gc.unaligned` says it was done. It costs a TVMScript round trip (about 50 ms a kernel).
+    `gc.unaligned` says it was done.
     """
     relaxed = False
     try:
         prim = rewrite.rewrite(prim, unaligned=unaligned)  # exp, erf, tanh as vector polynomials in every kernel
         relaxed = unaligned
-    except Exception:  # noqa: BLE001 (a kernel TVMScript does not round-trip stays as it was)
+    except Exception:  # noqa: BLE001 (a kernel the rewrite cannot map stays as it was)
         pass
     for name, rule in RULES.get(kind, []):
         sch = s_tir.Schedule(prim)

@@ -70,7 +70,8 @@ def save(model, path: str | Path) -> None:
         with zipfile.ZipFile(fh, "w", zipfile.ZIP_DEFLATED) as z:
             z.writestr("manifest.json", json.dumps(manifest, indent=1))
             for name, data in members.items():
-                z.writestr(name, data)
+                # Weights are stored: deflate took 3.3 s of ResNet-50's compile to save 7% of 102 MB.
+                z.writestr(name, data, zipfile.ZIP_STORED if name == "consts.npz" else None)
 
     write_atomic(path, write)
 

@@ -6,7 +6,6 @@ Each op's TE lives next to its definition (`op.lower(*tensors)`); this file only
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from compiler.diagnostics import GCError
@@ -146,32 +145,20 @@ def _reads_padded(ops: list[Op], v: Value, pads: tuple[int, ...]) -> bool:
         and list(op.padding) == [top, left, bottom, right] for op in users)
 
 
-# A parameter in the signature as TVMScript prints it: `name: T.Buffer((d0, d1), "float32")`.
-_PARAM = re.compile(r'(\w+): T\.Buffer\(\(([^()]*)\), "(\w+)"\)')
-
-
 def declare_strides(prim, strides: dict[int, tuple[int, ...]]):
     """`prim` with the parameters at the given positions declared strided (the interior of a bordered
-    buffer, passed as a view with those strides) and aligned to their element size only, through a
-    TVMScript round trip."""
+    buffer, passed as a view with those strides) and aligned to their element size only."""
+    import tvm_ffi
     from tvm import tirx
-    from tvm.script import parse
-    from tvm.script import tirx as T
+    from tvm.ir.expr import Var
 
-    text = prim.script()
-    head, sep, body = text.partition("):\n")
-    params = list(_PARAM.finditer(head))
-    if len(params) != len(prim.params):
-        raise GCError(f"cannot declare strided parameters: {len(params)} of {len(prim.params)} parsed (a bug in gc)")
-    for i in sorted(strides, reverse=True):
-        m = params[i]
-        elem = max(1, int("".join(ch for ch in m.group(3) if ch.isdigit()) or 8) // 8)
-        decl = (f'{m.group(1)}: T.Buffer(({m.group(2)}), "{m.group(3)}", '
-                f'strides=({", ".join(map(str, strides[i]))}), align={elem})')
-        head = head[: m.start()] + decl + head[m.end() :]
-    new = parse(head + sep + body, extra_vars={"T": T}, s_tir=True, check_well_formed=False)
-    assert isinstance(new, tirx.PrimFunc)
-    return new
+    new = {}
+    for i, st in strides.items():
+        p = prim.params[i]
+        elem = max(1, int("".join(ch for ch in str(p.dtype) if ch.isdigit()) or 8) // 8)
+        new[p] = tirx.decl_buffer(p.shape, p.dtype, p.name, strides=list(st), elem_offset=p.elem_offset,
+                                  scope=p.scope(), data_alignment=elem, offset_factor=p.offset_factor)
+    return tvm_ffi.structural_map(prim, [(Var, lambda v: new.get(v, v))])
 
 
 def _kernel_results(k: Kernel, func: Func | None) -> list[Value]:

@@ -207,3 +207,33 @@ def test_integer_inputs_that_do_not_fit_the_argument_are_errors_not_wrapped() ->
     for call in (lambda: m(np.array([2**40, 1])), lambda: run(parse(text), [np.array([2**40, 1])])):
         with pytest.raises(GCError, match="input 'n' holds 1099511627776, which int32 cannot represent"):
             call()
+
+
+TWINS = """func @main(%x: tensor<1x16x12x12xf32>, %w1: tensor<16x16x3x3xf32>, %w2: tensor<16x16x3x3xf32>,
+           %w3: tensor<32x16x1x1xf32>) -> tensor<1x32x12x12xf32> {
+  %a = graph.conv2d(%x, %w1) {padding = [1, 1, 1, 1]} : tensor<1x16x12x12xf32>
+  %b = graph.relu(%a) : tensor<1x16x12x12xf32>
+  %c = graph.conv2d(%b, %w2) {padding = [1, 1, 1, 1]} : tensor<1x16x12x12xf32>
+  %d = graph.relu(%c) : tensor<1x16x12x12xf32>
+  %e = graph.conv2d(%d, %w3) : tensor<1x32x12x12xf32>
+  return %e
+}
+"""
+
+
+@pytest.mark.parametrize("bound", [False, True])
+def test_repeated_kernels_are_built_once_and_run_on_their_own_weights(bound: bool) -> None:
+    """Two convs of the same shapes (a repeated block) share one compiled function; each call still reads
+    its own weights, bound at compile time or passed per call; a conv of other shapes gets its own."""
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 16, 12, 12)).astype(np.float32)
+    ws = {"w1": rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.2,
+          "w2": rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.2,
+          "w3": rng.standard_normal((32, 16, 1, 1)).astype(np.float32) * 0.2}
+    model = compiler.compile(TWINS, "llvm", params=ws if bound else None)
+    symbols = [c["kernel"] for c in model.plan["calls"] if "kernel" in c]
+    assert len(symbols) == 3 and symbols[0] == symbols[1] != symbols[2]
+    assert len(model.scheduled.functions) == 2
+    got = model(x)[0] if bound else model(x, ws["w1"], ws["w2"], ws["w3"])[0]
+    want = run(parse(TWINS), {"x": x, **ws})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -125,6 +125,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     """Plan memory (unless the module is planned already), then lower, schedule and compile the entry
     function's kernels into one library."""
     import tvm
+    import tvm_ffi
 
     from compiler.codegen import llvm_pipeline, schedule_cpu
 
@@ -132,8 +133,19 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     file_order_bound = plan_module(module, target, entry, concurrent=concurrent)
     kernels = [k for k in kernels_of(module, entry) if any(v.type.size > 0 for v in k.outputs)]
     funcs = {}
+    built: dict[int, list] = {}  # structural hash of a lowered kernel -> [(its PrimFunc, the kernel built)]
     for k in kernels:
         prim = lower_kernel(k)
+        anon = prim.without_attr("global_symbol")
+        key = tvm_ffi.structural_hash(anon)
+        twin = next((t for p, t in built.get(key, []) if t.kind == k.kind and tvm_ffi.structural_equal(p, anon)), None)
+        if twin is not None:
+            # A repeated block (ResNet's bottlenecks, a transformer's layers): the same code on its own
+            # weights, built once.
+            k.symbol, k.schedule, k.prepack = twin.symbol, twin.schedule, twin.prepack  # type: ignore[attr-defined]
+            continue
+        built.setdefault(key, []).append((anon, k))
+        k.symbol, k.prepack = k.name, {}  # type: ignore[attr-defined]
         if target == "llvm":
             # unaligned: kernels take NumPy arrays as malloc aligns them (16 bytes), so calls copy nothing.
             consts = {f"c{i}" for i in range(len(getattr(k, "const_ops", [])))}
@@ -223,7 +235,7 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
             inner = [const(c, tags.get(i)) for i, c in enumerate(getattr(k, "const_ops", []))]
             ins = [whole[v] if view == "whole" else slot[v]
                    for v, view in zip(op.inputs, k.in_views or [None] * len(op.inputs))]
-            steps.append({"kernel": k.name, "stream": op.stream,
+            steps.append({"kernel": k.symbol, "stream": op.stream,
                           "buffers": ins + inner + [slot[v] for v in op.destinations],
                           **_describe(k)})
         elif isinstance(op, Copy):

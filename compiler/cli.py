@@ -704,8 +704,8 @@ def _emit(model, what: str) -> str:
 
         return cuda_source(model.lib)
     fmt = {"llvm": "ll", "asm": "asm"}[what]
-    host = model.lib.mod
-    return host.inspect_source(fmt)
+    parts = getattr(model, "sources", None) or [model.lib.mod]  # a library built in parts: each part's source
+    return "\n".join(part.inspect_source(fmt) for part in parts)
 
 
 def _load(args):

@@ -9,7 +9,7 @@ import numpy as np
 
 from compiler.codegen.lower import Kernel, kernels_of, lower_kernel
 from compiler.codegen.runtime import CompiledModel
-from compiler.codegen.target import make_target
+from compiler.codegen.target import make_target, num_cores
 from compiler.diagnostics import GCError
 from compiler.ir import Module, Value
 from compiler.memory import is_planned, peak_bytes, plan_stats
@@ -161,8 +161,11 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
         k.schedule = str(prim.attrs["gc.schedule"]) if prim.attrs and "gc.schedule" in prim.attrs else "none"  # type: ignore[attr-defined]
         funcs[k.name] = prim
     scheduled = tvm.IRModule(funcs)
+    lib_bytes, sources = None, None
     if not funcs:
         lib = None
+    elif target == "llvm" and len(funcs) >= llvm_pipeline.PARALLEL_FUNCTIONS and num_cores() > 1:
+        lib, lib_bytes, sources = llvm_pipeline.build_library(scheduled, tgt, num_cores())
     elif target == "llvm":
         lib = llvm_pipeline.compile_cpu(scheduled, tgt)  # TVM's lowering, then strided loads as shuffles
     else:
@@ -172,6 +175,8 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
         plan["memory"]["file_order_lower_bound_bytes"] = file_order_bound
     plan["unaligned_inputs"] = bool(funcs) and all(_attr(p, "gc.unaligned") for p in funcs.values())
     model = CompiledModel(lib, plan, consts, tgt)
+    model.lib_bytes = lib_bytes  # built as a shared library already: saved as it is
+    model.sources = sources  # type: ignore[attr-defined]
     model.scheduled = scheduled
     model.planned = module
     return model

@@ -242,8 +242,9 @@ def test_matmul_split_pads_no_more_inner_tiles_than_one_chunk_count_near_want(n,
     assert padded // inner - tiles <= -(-tiles // near) * near - tiles
 
 
-def test_matmul_split_of_vits_197_rows() -> None:
+def test_matmul_split_of_vits_197_rows_and_columns() -> None:
     assert matmul._split(197, 4, 64) == (200, 40)  # 5 chunks of 40 rows, not 4 of 52 (208)
+    assert matmul._split(197, 32, 128) == (224, 32)  # 7 panels of 32 columns, not 2 chunks of 128 (256)
 
 
 # --- conv2d ------------------------------------------------------------------------------------------

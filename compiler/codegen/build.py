@@ -176,7 +176,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     plan["unaligned_inputs"] = bool(funcs) and all(_attr(p, "gc.unaligned") for p in funcs.values())
     model = CompiledModel(lib, plan, consts, tgt)
     model.lib_bytes = lib_bytes  # built as a shared library already: saved as it is
-    model.sources = sources  # type: ignore[attr-defined]
+    model.sources = sources
     model.scheduled = scheduled
     model.planned = module
     return model

@@ -36,7 +36,8 @@ class CompiledModel:
 
         self.lib = lib
         self.source: str | None = None  # the GIR it was compiled from (for random inputs that fit it)
-        self.lib_bytes: bytes | None = None  # the shared library as loaded from an artifact, saved as it was
+        self.lib_bytes: bytes | None = None  # the shared library as loaded or built, saved as it is
+        self.sources: list | None = None  # the LLVM modules of a library built in parts (--emit llvm/asm)
         self.plan = plan
         self.target = target
         self.consts = consts

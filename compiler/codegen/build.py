@@ -165,7 +165,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     if not funcs:
         lib = None
     elif target == "llvm" and len(funcs) >= llvm_pipeline.PARALLEL_FUNCTIONS and num_cores() > 1:
-        lib, lib_bytes, sources = llvm_pipeline.build_library(scheduled, tgt, num_cores())
+        lib, lib_bytes, sources = llvm_pipeline.build_library(scheduled, tgt, min(num_cores(), 8))
     elif target == "llvm":
         lib = llvm_pipeline.compile_cpu(scheduled, tgt)  # TVM's lowering, then strided loads as shuffles
     else:

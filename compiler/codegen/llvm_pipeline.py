@@ -13,7 +13,8 @@ n-lane loads covering exactly that span (the last one shifted back so that nothi
 read) and one shuffle picking the lanes, which LLVM emits as permutes (vpermt2ps on AVX-512). The
 rewrite runs after TVM's own lowering (vectorization included), on every kernel the CPU build compiles;
 a schedule may then vectorize a strided axis where the gather used to make it slower than scalar code.
-(TIR offers no Python mutator in TVM 0.27; tvm_ffi's structural_map walks and rebuilds it.)
+(TVM 0.27's tirx has no Python StmtExprMutator; tvm_ffi's structural_map walks and rebuilds TIR all the
+same.)
 """
 
 from __future__ import annotations

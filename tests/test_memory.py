@@ -81,6 +81,24 @@ def test_planned_example_runs_in_one_arena_and_matches_the_interpreter(path: Pat
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
+def test_the_cpu_builds_plan_is_sound_and_computes_the_same(path: Path, fused: bool) -> None:
+    """The plan the CPU build makes (zero-bordered conv inputs, in-place epilogues), which `gc stats`
+    reports too: unfused, a residual add and its ReLU each wrote over the bordered buffer the one before
+    took over, and planning failed on the chain (a KeyError in plan-memory)."""
+    m = parse_file(path)
+    inputs = random_inputs(m["main"], 0, m)
+    expected = run(m, inputs)
+    graph = parse_file(path)
+    if fused:
+        run_pipeline(graph, GRAPH)
+    p = planned(graph, "schedule,plan-memory{align=64,conv-borders=true,in-place-epilogues=true}")
+    check_plan(p, p["main"])
+    for want, got in zip(expected, run(p, inputs)):
+        close(want, got)
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_streams_keep_the_plan_sound_and_the_numbers(path: Path) -> None:
     m = parse_file(path)
     inputs = random_inputs(m["main"], 0, m)

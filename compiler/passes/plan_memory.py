@@ -172,7 +172,9 @@ def _plan(module: Module, f: Func, align: int, in_place: _InPlace, concurrent: b
     steps = [op for op in f.ops if op.name != "graph.constant"]
     every = lifetimes(f, steps, align)
     donors = _border_donors(module, steps, borders, every, in_place) if borders and not concurrent else {}
-    borders = {**borders, **{v: borders[u] for v, u in donors.items()}}
+    borders = dict(borders)
+    for v, u in donors.items():  # in program order: a donor may itself have taken its input's buffer
+        borders[v] = borders[u]
     lts = [lt for lt in every if lt.value not in borders]
     life = {lt.value: lt for lt in lts}
     order = _Order(steps) if concurrent else None

@@ -66,15 +66,15 @@ def module_stats(module: Module, entry: str = "main", data_args: Sequence[str] |
 
 def memory_plan(module: Module, f: Func) -> dict[str, int]:
     """The memory plan's figures (what `gc compile --stats` reports for the CPU): of `f` as planned if it is
-    already, else of a copy run through `schedule,plan-memory`; plus the file order's lower bound."""
-    from compiler.memory import is_planned, peak_bytes, plan_stats
-    from compiler.pipeline import run_pipeline
+    already, else of a copy planned exactly as the CPU build plans it (zero-bordered conv inputs and
+    in-place epilogues included); plus the file order's lower bound."""
+    from compiler.codegen.build import plan_module
+    from compiler.memory import is_planned, plan_stats
 
     if is_planned(f):
         return plan_stats(f)
     copy = module.clone()
-    file_order = peak_bytes(copy[f.name])
-    run_pipeline(copy, "schedule,plan-memory")
+    file_order = plan_module(copy, "llvm", f.name)
     return {**plan_stats(copy[f.name]), "file_order_lower_bound_bytes": file_order}
 
 

@@ -61,15 +61,21 @@ def close(a: np.ndarray, b: np.ndarray) -> None:
 # --- every example: sound plans, the same numbers, the targets -----------------------------------
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
-@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
-def test_planned_example_runs_in_one_arena_and_matches_the_interpreter(path: Path, fused: bool) -> None:
+def example(path: Path, fused: bool) -> tuple[Module, dict, list[np.ndarray]]:
+    """An example (through the graph passes if `fused`), random inputs, and the interpreter's outputs."""
     m = parse_file(path)
     inputs = random_inputs(m["main"], 0, m)
     expected = run(m, inputs)
     graph = parse_file(path)
     if fused:
         run_pipeline(graph, GRAPH)
+    return graph, inputs, expected
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+@pytest.mark.parametrize("fused", [True, False], ids=["fused", "unfused"])
+def test_planned_example_runs_in_one_arena_and_matches_the_interpreter(path: Path, fused: bool) -> None:
+    graph, inputs, expected = example(path, fused)
     file_order = peak_bytes(graph["main"], align=64)
     p = planned(graph, "schedule,plan-memory")
     check_plan(p, p["main"])
@@ -86,12 +92,7 @@ def test_the_cpu_builds_plan_is_sound_and_computes_the_same(path: Path, fused: b
     """The plan the CPU build makes (zero-bordered conv inputs, in-place epilogues), which `gc stats`
     reports too: unfused, a residual add and its ReLU each wrote over the bordered buffer the one before
     took over, and planning failed on the chain (a KeyError in plan-memory)."""
-    m = parse_file(path)
-    inputs = random_inputs(m["main"], 0, m)
-    expected = run(m, inputs)
-    graph = parse_file(path)
-    if fused:
-        run_pipeline(graph, GRAPH)
+    graph, inputs, expected = example(path, fused)
     p = planned(graph, "schedule,plan-memory{align=64,conv-borders=true,in-place-epilogues=true}")
     check_plan(p, p["main"])
     for want, got in zip(expected, run(p, inputs)):

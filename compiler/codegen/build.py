@@ -142,10 +142,10 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
         if twin is not None:
             # A repeated block (ResNet's bottlenecks, a transformer's layers): the same code on its own
             # weights, built once.
-            k.symbol, k.schedule, k.prepack = twin.symbol, twin.schedule, twin.prepack  # type: ignore[attr-defined]
+            k.symbol, k.schedule, k.prepack = twin.symbol, twin.schedule, twin.prepack
             continue
         built.setdefault(key, []).append((anon, k))
-        k.symbol, k.prepack = k.name, {}  # type: ignore[attr-defined]
+        k.symbol = k.name
         if target == "llvm":
             # unaligned: kernels take NumPy arrays as malloc aligns them (16 bytes), so calls copy nothing.
             consts = {f"c{i}" for i in range(len(getattr(k, "const_ops", [])))}
@@ -153,12 +153,12 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
             prim = prim.with_attr("global_symbol", k.name)
             tags = prim.attrs.get("gc.prepack") if prim.attrs is not None else None
             # Weights the kernel reads in a packed layout are packed here, once, and the artifact carries them.
-            k.prepack = {int(str(n)[1:]): str(t) for n, t in tags.items()} if tags else {}  # type: ignore[attr-defined]
+            k.prepack = {int(str(n)[1:]): str(t) for n, t in tags.items()} if tags else {}
         else:
             from compiler.codegen import schedule_cuda
 
             prim = schedule_cuda.schedule(prim, k.kind, tgt).with_attr("global_symbol", k.name)
-        k.schedule = str(prim.attrs["gc.schedule"]) if prim.attrs and "gc.schedule" in prim.attrs else "none"  # type: ignore[attr-defined]
+        k.schedule = str(prim.attrs["gc.schedule"]) if prim.attrs and "gc.schedule" in prim.attrs else "none"
         funcs[k.name] = prim
     scheduled = tvm.IRModule(funcs)
     lib_bytes, sources = None, None
@@ -236,7 +236,7 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
             k = by_output.get(op.results[0])
             if k is None:
                 continue  # every output is empty: nothing to compute
-            tags = getattr(k, "prepack", {})
+            tags = k.prepack
             inner = [const(c, tags.get(i)) for i, c in enumerate(getattr(k, "const_ops", []))]
             ins = [whole[v] if view == "whole" else slot[v]
                    for v, view in zip(op.inputs, k.in_views or [None] * len(op.inputs))]
@@ -268,7 +268,7 @@ def _describe(k: Kernel) -> dict:
     loc = next((op.loc for op in ops if op.loc is not None), None)
     return {
         "ops": [op.name.split(".", 1)[-1] for op in ops],
-        "schedule": getattr(k, "schedule", "none"),
+        "schedule": k.schedule,
         "flops": sum(op_flops(op) for op in ops),
         "bytes": sum(v.type.nbytes for v in (*k.inputs, *k.outputs))
         + sum(c.result.type.nbytes for c in getattr(k, "const_ops", [])),

@@ -31,6 +31,11 @@ class Kernel:
     # How the PrimFunc takes each bordered input: "whole" (a conv reads the padded buffer in place) or
     # "interior" (a strided view of the tensor itself); None for compact inputs. Set by lower_kernel.
     in_views: list = field(default_factory=list)
+    # Set by the build: the library function the kernel's calls run (a structurally equal kernel's, when
+    # one was built), the schedule rule used, and the layout tag of each constant read prepacked.
+    symbol: str = ""
+    schedule: str = "none"
+    prepack: dict = field(default_factory=dict)
 
 
 def kernels_of(module: Module, entry: str) -> list[Kernel]:
@@ -148,17 +153,9 @@ def _reads_padded(ops: list[Op], v: Value, pads: tuple[int, ...]) -> bool:
 def declare_strides(prim, strides: dict[int, tuple[int, ...]]):
     """`prim` with the parameters at the given positions declared strided (the interior of a bordered
     buffer, passed as a view with those strides) and aligned to their element size only."""
-    import tvm_ffi
-    from tvm import tirx
-    from tvm.ir.expr import Var
+    from compiler.codegen.sblocks import redeclare_params
 
-    new = {}
-    for i, st in strides.items():
-        p = prim.params[i]
-        elem = max(1, int("".join(ch for ch in str(p.dtype) if ch.isdigit()) or 8) // 8)
-        new[p] = tirx.decl_buffer(p.shape, p.dtype, p.name, strides=list(st), elem_offset=p.elem_offset,
-                                  scope=p.scope(), data_alignment=elem, offset_factor=p.offset_factor)
-    return tvm_ffi.structural_map(prim, [(Var, lambda v: new.get(v, v))])
+    return redeclare_params(prim, strides)
 
 
 def _kernel_results(k: Kernel, func: Func | None) -> list[Value]:

@@ -1,4 +1,4 @@
-"""Block and loop queries every schedule rule needs, CPU or CUDA."""
+"""Block and loop queries every schedule rule needs, CPU or CUDA, and the TIR rewrites of parameters."""
 
 from __future__ import annotations
 
@@ -98,3 +98,25 @@ def _reads(stmt, buf) -> int:
     would grow the TIR (and the compile) exponentially."""
     value = getattr(stmt, "value", None)
     return count_nodes(value, 1 << 16, buf) if value is not None else 0
+
+
+def is_select(e) -> bool:
+    """Whether `e` is a call of if_then_else (a padding's or a concat's choice of what to read)."""
+    return str(getattr(getattr(e, "op", None), "name", "")).endswith("if_then_else")
+
+
+def redeclare_params(prim, strides: dict[int, tuple[int, ...] | None]):
+    """`prim` with the parameters at the given positions declared aligned to their element size only, and
+    strided where a stride tuple is given (else as they were), mapped with tvm_ffi's structural_map (a
+    TVMScript print and parse took 50-70 ms a kernel)."""
+    import tvm_ffi
+    from tvm.ir.expr import Var
+
+    new = {}
+    for i, st in strides.items():
+        p = prim.params[i]
+        digits = "".join(ch for ch in str(p.dtype) if ch.isdigit())
+        new[p] = tirx.decl_buffer(p.shape, p.dtype, p.name, strides=list(st) if st is not None else p.strides,
+                                  elem_offset=p.elem_offset, scope=p.scope(),
+                                  data_alignment=max(1, int(digits or 8) // 8), offset_factor=p.offset_factor)
+    return tvm_ffi.structural_map(prim, [(Var, lambda v: new.get(v, v))]) if new else prim

@@ -16,7 +16,15 @@ from tvm.ir.expr import TensorLoad
 
 from compiler.codegen.cpu_rules import conv2d, depthwise, matmul, pool, reduction, rewrite
 from compiler.codegen.cpu_rules.common import Context, extent
-from compiler.codegen.sblocks import blocks, inline_spatial, is_spatial, leading_spatial_loops, sub_expressions, uses
+from compiler.codegen.sblocks import (
+    blocks,
+    inline_spatial,
+    is_select,
+    is_spatial,
+    leading_spatial_loops,
+    sub_expressions,
+    uses,
+)
 
 VECTOR = 16  # f32 lanes of two AVX2 registers; LLVM splits wider vectors as needed
 
@@ -154,8 +162,7 @@ def _split_at_conditions(sch: s_tir.Schedule, b, loops) -> bool:
     ivs = [iv.var for iv in blk.iter_vars]
     if len(ivs) != len(loops) or len(ivs) < 2:
         return False
-    conds = [x.args[0] for x in sub_expressions(blk.body.value)
-             if getattr(getattr(x, "op", None), "name", "") == "prim.if_then_else"]
+    conds = [x.args[0] for x in sub_expressions(blk.body.value) if is_select(x)]
     if not conds:
         return False
     used = [k for k, v in enumerate(ivs) if any(uses(c, v) for c in conds)]

@@ -8,8 +8,9 @@ channels becomes slice(conv2d(x, w', b'), channels [0, O)), w' and b' padded wit
 `multiple` channels: the padded conv takes the vector rule, and fuse puts the slice in its epilogue, so
 the kernel writes only the O real channels (64 us). Channels that 4 divides but the register does not
 are padded too where that adds at most `waste` of them: 116 = 4 x 29 took vectors of 4 lanes, a quarter
-of an AVX-512 register (116 -> 116 at 28x28: 375 -> 150 us, ShuffleNetV2 4.28 -> 3.56 ms on Zen 4), 1000 classes vectors of 8. Grouped
-convolutions, convolutions of fewer than 8 channels and weights passed per call are left alone.
+of an AVX-512 register (116 -> 116 at 28x28: 375 -> 150 us, ShuffleNetV2 4.28 -> 3.56 ms on Zen 4), and
+1000 classes vectors of 8. Grouped convolutions, convolutions of fewer than 8 channels and weights passed
+per call are left alone.
 """
 
 from __future__ import annotations

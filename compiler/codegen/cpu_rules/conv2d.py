@@ -252,11 +252,10 @@ def _pixel_tile(sch: s_tir.Schedule, conv, out, pad, vl: int, vectors: int) -> N
     """Few input channels (a network's first conv: 3 x 3 x 3 products per output): the register tile is
     PIXEL_TILE_CHANNELS output channels x two vectors of pixels along W (twice the channels x one vector
     where two do not divide the row), read as vectors from the (zero-padded) NCHW input, contiguous, or
-    at stride 2-4 contiguous loads and a shuffle (MobileNet's stem, 3->32 at 224 -> 112: 199 -> 173 us), weights
-    broadcast. The reduction is too short to amortize the channel
-    tile's NCHW write-back (a 16x4 transpose through memory); here the accumulators are NCHW rows already
-    and the epilogue stores them as they are (3->32 channels at 32x32: 20.2 -> 13.6 us; batch 16:
-    250 -> 170 us)."""
+    at stride 2-4 contiguous loads and a shuffle (MobileNet's stem, 3->32 at 224 -> 112: 199 -> 173 us),
+    weights broadcast. The reduction is too short to amortize the channel tile's NCHW write-back (a 16x4
+    transpose through memory); here the accumulators are NCHW rows already and the epilogue stores them
+    as they are (3->32 channels at 32x32: 20.2 -> 13.6 us; batch 16: 250 -> 170 us)."""
     i_n, i_o, i_h, i_w, r_c, r_h, r_w = sch.get_loops(conv)
     oo, oi = sch.split(i_o, [None, PIXEL_TILE_CHANNELS * 2 // vectors])
     wo, wi = sch.split(i_w, [None, vectors * vl])

@@ -17,11 +17,11 @@ Pools to one pixel (global) are the rows rule's.
 from __future__ import annotations
 
 from tvm import s_tir, tirx
-from tvm.ir.expr import Call, TensorLoad
+from tvm.ir.expr import TensorLoad
 
 from compiler.codegen.cpu_rules.common import REDUCE, Context, blocks, coefficient, lanes, static, try_vectorize
 from compiler.codegen.llvm_pipeline import MAX_STRIDE
-from compiler.codegen.sblocks import sub_expressions
+from compiler.codegen.sblocks import is_select, sub_expressions
 
 # Below this many outputs the kernel runs on one core: waking the pool costs more than the work.
 PARALLEL_OUTPUTS = 1 << 12
@@ -105,5 +105,4 @@ def _column_step(blk) -> int | None:
 
 def _is_padding(blk) -> bool:
     """Whether a block is a padding stage: a select between its input and the pad value."""
-    value = getattr(blk.body, "value", None)
-    return isinstance(value, Call) and str(getattr(value.op, "name", "")).endswith("if_then_else")
+    return is_select(getattr(blk.body, "value", None))

@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import tvm_ffi
 from tvm import tirx
-from tvm.ir.expr import Call, Var
+from tvm.ir.expr import Call
 from tvm.tirx.buffer import BufferType
+
+from compiler.codegen.sblocks import redeclare_params
 
 _P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
 
@@ -103,17 +105,8 @@ def rewrite(prim: tirx.PrimFunc, fast_math: bool = True, unaligned: bool = False
         f = _FAST_OPS.get(str(getattr(call.op, "name", "")))
         return f(call.args[0]) if f is not None and str(call.ty.dtype) == "float32" else call
 
-    relaxed = {}
+    if fast_math:
+        prim = tvm_ffi.structural_map(prim, [(Call, fast)])
     if unaligned:
-        for p in prim.params:
-            if isinstance(p.ty, BufferType):
-                relaxed[p] = tirx.decl_buffer(p.shape, p.dtype, p.name, strides=p.strides, elem_offset=p.elem_offset,
-                                              scope=p.scope(), data_alignment=_bytes(str(p.dtype)),
-                                              offset_factor=p.offset_factor)
-    callbacks = ([(Call, fast)] if fast_math else []) + ([(Var, lambda v: relaxed.get(v, v))] if relaxed else [])
-    return tvm_ffi.structural_map(prim, callbacks) if callbacks else prim
-
-
-def _bytes(dtype: str) -> int:
-    digits = "".join(ch for ch in dtype if ch.isdigit())
-    return max(1, int(digits) // 8) if digits else 1
+        prim = redeclare_params(prim, {i: None for i, p in enumerate(prim.params) if isinstance(p.ty, BufferType)})
+    return prim

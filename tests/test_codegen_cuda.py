@@ -153,6 +153,19 @@ def test_f16_tensor_core_matmul_compiles_to_mma_ptx() -> None:
     assert "mma.sync" in compile_ptx(cuda_source(model.lib), ARCH).decode()
 
 
+
+@needs_nvcc
+@pytest.mark.parametrize("case", ["clip", "maximum"])
+def test_a_vectorized_nan_propagating_epilogue_compiles_to_ptx(case: str) -> None:
+    """The Matmul rule computes its epilogue in float2: CUDA C has no `!=` for float2, which TVM's own
+    lowering of isnan wrote (MobileNetV2's conv + ReLU6 did not compile); one isnan per lane does."""
+    from test_nan import epilogue_module
+
+    model = compiler.compile(epilogue_module(case), "cuda", arch=ARCH)
+    source = cuda_source(model.lib)
+    assert re.search(r"\.x = isnan\(", source) and re.search(r"\.y = isnan\(", source)
+    compile_ptx(source, ARCH)
+
 def _ptxas_report(source: str, arch: str) -> dict[str, dict[str, int]]:
     """Each kernel's registers, static shared memory and spill bytes, as ptxas reports them on assembling."""
     import subprocess

@@ -123,3 +123,28 @@ def test_max_pools_propagate_nan(case: str, target: str) -> None:
             f"  %r = graph.max_pool2d(%x) {attrs}\n  return %r\n}}\n")
     assert np.isnan(want).sum() >= 3  # the windows that hold a NaN
     assert_same(run_on(target, text, (x,)), want)
+
+
+EPILOGUES = {  # fused after a matmul, where the GPU's Matmul rule and the CPU's tiles compute them in vectors
+    "clip": ("graph.clip(%c) {min = 0.0, max = 6.0}", lambda c, a: np.clip(c, 0, 6)),
+    "maximum": ("graph.maximum(%c, %a)", lambda c, a: np.maximum(c, a)),
+}
+
+
+def epilogue_module(case: str) -> str:
+    return (f"func @main(%a: tensor<64x64xf32>, %b: tensor<64x64xf32>) -> tensor<64x64xf32> {{\n"
+            f"  %c = graph.matmul(%a, %b)\n  %d = {EPILOGUES[case][0]}\n  return %d\n}}\n")
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("case", list(EPILOGUES))
+def test_vectorized_epilogues_keep_nan(case: str, target: str) -> None:
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((64, 64)).astype(np.float32)
+    b = rng.standard_normal((64, 64)).astype(np.float32)
+    a[5, 7] = nan  # row 5 of the product is NaN throughout
+    b[3, 40] = nan  # and column 40
+    a[9, :] = inf  # row 9: +-inf, and NaN where the product meets the NaN column
+    want = EPILOGUES[case][1](a.astype(np.float64) @ b, a)
+    assert np.isnan(want).sum() >= 64 + 63
+    assert_same(run_on(target, epilogue_module(case), (a, b)), want)

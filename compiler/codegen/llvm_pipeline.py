@@ -4,7 +4,8 @@ as contiguous loads and a shuffle.
 TVM's vectorizer scalarizes a whole loop that calls an op it does not know to be lane-wise; `isnan` is
 one, so every NaN-propagating max or min (a max pool's reducer, `maximum`) ran one lane at a time; it is
 lane-wise, and marked so here (a max pool 3x3/2 on 256 maps of 27x27: see cpu_rules/pool.py). The mark
-is TVM's op registry's, for the whole process: CUDA builds vectorize such loops too.
+is TVM's op registry's, for the whole process: CUDA builds vectorize such loops too, and lower isnan one
+call per lane (schedule_cuda: CUDA C has no `!=` on float2).
 
 TVM lowers a vector load whose lanes step by a constant s > 1 (`x[ramp(b, 2, 16)]`: a stride-2 pool,
 conv or depthwise conv reading every other column) to one scalar load per lane, a gather. The same

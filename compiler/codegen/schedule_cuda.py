@@ -36,6 +36,17 @@ def _kernel_compiler() -> None:
 
 _kernel_compiler()
 
+
+def _isnan_lane_by_lane(call):
+    """TVM lowers `isnan(x)` to `x != x`, which CUDA C has no operator for on float2/float4 (a vectorized
+    epilogue's NaN-propagating clip or max: gc-llvm marks isnan lane-wise for the whole process). As a
+    call of CUDA's own isnan, the codegen emits one call per lane. (TIR's isnan casts 16-bit floats to
+    f32 first: the argument is f32 or f64.)"""
+    return tirx.call_pure_extern(call.ty.dtype, "isnan", call.args[0])
+
+
+tirx.op.register_intrin_lowering("tirx.isnan", target="cuda", f=_isnan_lane_by_lane, level=99)
+
 THREADS = 256  # threads per block of the plain grid: enough to hide latency, fits every GPU's limit
 
 

@@ -12,6 +12,9 @@ What each number is:
           `device` - the kernels (torch: the module) on GPU-resident buffers, no host copies;
           `call`   - a whole call from NumPy arrays to NumPy arrays, as `model(x)` is used (host copies in).
   resnet  ResNet-18 exported from torch and imported with `gc import` (bench.py's net), the same two ways.
+  zoo     tools/zoo.py's torchvision models (exported to ONNX once, cached under --cache), imported with
+          `gc import`, compiled for cuda with their weights and checked against ONNX Runtime's output, the
+          same two ways against the torchvision module in eager mode on the GPU (--zoo picks the models).
 Every number is the median of repeated samples; each framework's run is separate (one after the other in
 one process: unlike the CPU's thread pools, the GPU work of one does not run while the other is timed).
 """
@@ -155,9 +158,55 @@ def torch_net(b: dict, module, inputs: dict[str, np.ndarray], expected, torch) -
     return out
 
 
+def zoo_net(name: str, cache: Path, torch) -> dict:
+    """One zoo model: gc import, compile for cuda with its weights, check, time; torchvision eager beside it."""
+    import onnx
+    import zoo
+
+    import compiler
+    from compiler.importers.onnx import import_onnx
+
+    d = Path(zoo.prepare(name, cache)["dir"])
+    x, ref = np.load(d / "input.npy"), np.load(d / "reference.npy")
+    row: dict = {"name": f"{name}-b1"}
+    t = time.perf_counter()
+    imported = import_onnx(onnx.load(str(d / "model.onnx")), gir_name=f"{name}.gir")
+    model = compiler.compile(imported.text, "cuda", params=imported.weights)
+    row["compile_s"] = time.perf_counter() - t
+    row["kernels"] = model.num_kernels
+    row["max_err"] = bench.check(model(x)[0], ref)
+    row["gc_call_ms"] = median_seconds(lambda: model(x), lambda: None) * 1e3
+    row["gc_device_ms"] = median_seconds(resident(model, {imported_input(imported): x}), model.device.sync) * 1e3
+    p = model.profile(x, repeat=20, warmup=3)
+    row["worst"] = [(r.name, ",".join(r.ops), r.schedule, round(r.us, 1), round(r.gflops, 1)) for r in p.top(3)]
+    tv = zoo.import_torchvision()
+    net = getattr(tv.models, name)(weights=None)
+    net.load_state_dict(torch.load(d / "state.pt"))
+    net = net.eval().cuda()
+    xt = torch.from_numpy(x).cuda()
+    with torch.inference_mode():
+        row["torch_max_err"] = bench.check(net(xt).cpu().numpy(), ref)
+        row["torch_device_ms"] = median_seconds(lambda: net(xt), torch.cuda.synchronize) * 1e3
+        row["torch_call_ms"] = median_seconds(lambda: net(torch.from_numpy(x).cuda()).cpu().numpy(),
+                                              lambda: None) * 1e3
+    return row
+
+
+def imported_input(imported) -> str:
+    """The imported graph's one data input (the zoo's models take one image)."""
+    import compiler
+
+    fn = compiler.parse(imported.text, "zoo.gir")["main"]
+    (name,) = [a.name for a in fn.args if a.name not in imported.weights]
+    return name
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", default="matmul,nets,resnet")
+    ap.add_argument("--zoo", default="resnet50,mobilenet_v2,efficientnet_b0,shufflenet_v2_x1_0,squeezenet1_1,"
+                    "densenet121,vit_b_16", help="the zoo models --only zoo runs")
+    ap.add_argument("--cache", default=str(Path.home() / ".cache" / "gc" / "zoo"), help="the zoo's exports")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     import torch
@@ -186,6 +235,14 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
             r = {"name": b["name"], "error": bench.brief(e)}
+        results["nets"].append(r)
+        print(json.dumps(r), flush=True)
+    for name in args.zoo.split(",") if "zoo" in only else []:
+        try:
+            r = zoo_net(name, Path(args.cache), torch)
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc()
+            r = {"name": f"{name}-b1", "error": bench.brief(e)}
         results["nets"].append(r)
         print(json.dumps(r), flush=True)
     na = lambda r, k: r[k] if k in r else float("nan")  # noqa: E731 (torch absent: n/a)

@@ -6,11 +6,14 @@ must be said before TVM is imported.
 TVM's FFI imports torch eagerly where it is installed: 1.5 s added to every gc command, and a Ctrl-C
 during torch's C++ initialisation aborts the process (SIGABRT, not exit 130). gc hands TVM NumPy arrays
 only, so TVM is imported with torch hidden, unless the process has imported torch already; torch can be
-imported normally afterwards.
+imported normally afterwards. TVM itself (0.6 s) is imported where it is first used, not with this
+package: a compile answered from the cache, or reading an artifact's plan, never needs it.
 """
 
 from __future__ import annotations
 
+import importlib.abc
+import importlib.util
 import os
 import sys
 
@@ -18,9 +21,30 @@ from compiler.codegen.target import num_cores
 
 os.environ.setdefault("TVM_NUM_THREADS", str(num_cores()))
 
-if "tvm" not in sys.modules and "torch" not in sys.modules:
-    sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises ImportError meanwhile
-    try:
-        import tvm  # noqa: F401
-    finally:
-        del sys.modules["torch"]
+
+class _TorchHiddenFromTVM(importlib.abc.MetaPathFinder):
+    """The first `import tvm` runs with `import torch` failing (see above); then this finder removes itself."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name != "tvm":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec("tvm")
+        if spec is None or spec.loader is None or "torch" in sys.modules:
+            return spec
+        run = spec.loader.exec_module
+
+        def exec_module(module) -> None:
+            sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises ImportError meanwhile
+            try:
+                run(module)
+            finally:
+                if sys.modules.get("torch", 0) is None:
+                    del sys.modules["torch"]
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if "tvm" not in sys.modules and not any(isinstance(f, _TorchHiddenFromTVM) for f in sys.meta_path):
+    sys.meta_path.insert(0, _TorchHiddenFromTVM())

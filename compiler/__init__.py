@@ -44,10 +44,14 @@ def compile(source, target: str = "llvm", **kwargs):
     """Compile a module (a path, GIR text or a Module) for "llvm" or "cuda": a callable CompiledModel.
 
     Keyword arguments: params={name: array} binds weights at compile time, entry="main", pipeline=...,
-    arch="sm_80" for cuda, concurrent=True for a cuda plan whose branches never wait on each other."""
-    from compiler.codegen.build import compile as build
+    arch="sm_80" for cuda, concurrent=True for a cuda plan whose branches never wait on each other,
+    cache=False to bypass the compile cache (compiler/cache.py; GC_CACHE=off does so everywhere)."""
+    from compiler import driver
     from compiler.ir import Module
 
+    unknown = sorted(set(kwargs) - {"params", "entry", "pipeline", "arch", "concurrent", "cache"})
+    if unknown:
+        raise GCError(f"compile(): unknown keyword argument {unknown[0]!r}")
     if not isinstance(source, Module):
         source = _source(source)
     if target not in TARGETS:
@@ -59,7 +63,12 @@ def compile(source, target: str = "llvm", **kwargs):
     for key in ("entry", "pipeline", "arch"):
         if kwargs.get(key) is not None:
             _str(kwargs[key], "compile", key)
-    return build(source, target, **kwargs)
+    options = driver.Options(target=target, entry=kwargs.get("entry") or "main", pipeline=kwargs.get("pipeline"),
+                             arch=kwargs.get("arch"), concurrent=bool(kwargs.get("concurrent", False)))
+    text, name = driver.load_source(source)
+    cache = kwargs.get("cache")
+    return driver.compile(text, options, params=dict(params) if params else None, name=name,
+                          use_cache=None if cache is None else bool(cache))
 
 
 def load(path):

@@ -225,6 +225,9 @@ def _parser() -> argparse.ArgumentParser:
                    "plan (memory planned: mem/exec IR), tir, llvm, cuda, asm")
     c.add_argument("-p", "--pipeline", default=None, metavar="PIPELINE",
                    help="graph passes before codegen (default: the compile pipeline, -O2 plus folding bound weights)")
+    c.add_argument("--no-cache", action="store_true",
+                   help="compile even if the compile cache holds this model (GC_CACHE_DIR moves the cache, "
+                   "GC_CACHE=off turns it off)")
     c.set_defaults(func=cmd_compile)
 
     bi = sub.add_parser("bisect", help="find the first pass of a pipeline that changes a module's outputs",
@@ -507,7 +510,7 @@ def _reproducer_path(name: str) -> str:
 
 def list_passes() -> str:
     from compiler.passes import _format_option, load_all
-    from compiler.pipeline import NAMED_PIPELINES
+    from compiler.pipeline import OPT_LEVELS, PIPELINES
 
     lines = ["Passes:"]
     for name, cls in sorted(load_all().items()):
@@ -516,8 +519,9 @@ def list_passes() -> str:
             value = _format_option(f.default)
             lines.append(f"      {f.name.replace('_', '-')}={value}  {f.metadata.get('help', '')}".rstrip())
     lines.append("Pipelines:")
-    for level, text in NAMED_PIPELINES.items():
-        lines.append(f"  -{level}  {text or '(no passes)'}")
+    for name, text in PIPELINES.items():
+        flag = f"-{name}" if name in OPT_LEVELS else f"{name} (gc compile --target {name.split('-')[1]})"
+        lines.append(f"  {flag}  {text or '(no passes)'}")
     return "\n".join(lines)
 
 
@@ -645,46 +649,60 @@ def _report(args, outs: list, types: list[str]) -> None:
 
 def cmd_compile(args) -> int:
     import json
+    import shutil
     import time
+    from dataclasses import asdict
 
-    from compiler.codegen.build import PIPELINE, PIPELINES, bind_params, build, plan_module
+    from compiler import cache, driver
+    from compiler.codegen.runtime import CompiledModel
     from compiler.inputs import load_npz
-    from compiler.parser import parse
-    from compiler.pipeline import run_pipeline
     from compiler.printer import print_module
 
     t0 = time.perf_counter()
     text, name = _read(args.file)
+    out = args.output or _default_artifact(name)
     if not args.emit:  # the paths it will write, before the compile that takes seconds
-        check_writable(args.output or _default_artifact(name))
+        check_writable(out)
         if args.stats:
             check_writable(args.stats)
-    module = parse(text, name)
-    source = print_module(module)
-    if args.entry not in module:
-        raise GCError(f"no function @{args.entry} in {name}")
-    if args.params:
-        bind_params(module, args.entry, load_npz(args.params))
-    run_pipeline(module, PIPELINES.get(args.target, PIPELINE) if args.pipeline is None else args.pipeline)
+    options = driver.Options(target=args.target, entry=args.entry, pipeline=args.pipeline, arch=args.arch,
+                             concurrent=args.concurrent)
+    params = load_npz(args.params) if args.params else None
     if args.emit in ("gir", "plan"):
+        module, _ = driver.frontend(text, name, options, params)
+        driver.optimize(module, options)
         if args.emit == "plan":
+            from compiler.codegen.build import plan_module
+
             plan_module(module, args.target, args.entry, concurrent=args.concurrent)
         sys.stdout.write(print_module(module))
         return 0
-    model = build(module, args.target, entry=args.entry, arch=args.arch, concurrent=args.concurrent)
-    seconds = time.perf_counter() - t0
-    if args.emit:
-        sys.stdout.write(_emit(model, args.emit))
+    if args.emit:  # the build's own products (TIR, LLVM IR, CUDA C), which a cached artifact does not keep
+        sys.stdout.write(_emit(driver.compile(text, options, params=params, name=name, use_cache=False), args.emit))
         return 0
-    out = args.output or _default_artifact(name)
-    model.source = source
-    model.save(out)
+    use_cache = cache.enabled() and not args.no_cache
+    k = cache.key(text, params, asdict(options)) if use_cache else None
+    hit = cache.lookup_file(k) if k else None
+    if hit is not None:
+        with open(hit, "rb") as src:
+            write_atomic(out, lambda fh: shutil.copyfileobj(src, fh, 1 << 24))
+        plan = CompiledModel.read_plan(out)
+        kernels = [c["kernel"] for c in plan["calls"] if "kernel" in c]
+        num_kernels, memory = len(kernels), plan["memory"]
+    else:
+        model = driver.compile(text, options, params=params, name=name, use_cache=False)
+        model.save(out)
+        if k:
+            cache.store_file(k, Path(out))
+        kernels = [c["kernel"] for c in model.plan["calls"] if "kernel" in c]
+        num_kernels, memory = model.num_kernels, model.plan["memory"]
+    seconds = time.perf_counter() - t0
     if args.stats:
-        stats = {**model.plan["memory"], "num_kernels": model.num_kernels, "compile_seconds": round(seconds, 4),
-                 "target": args.target, "source": name,
-                 "kernels": [c["kernel"] for c in model.plan["calls"] if "kernel" in c]}
+        stats = {**memory, "num_kernels": num_kernels, "compile_seconds": round(seconds, 4), "target": args.target,
+                 "source": name, "kernels": kernels, "from_cache": hit is not None}
         write_atomic(args.stats, json.dumps(stats, indent=2) + "\n")
-    print(f"gc: wrote {out} ({model.num_kernels} kernels, {args.target}, {seconds:.2f} s)", file=sys.stderr)
+    how = ", from the compile cache" if hit is not None else ""
+    print(f"gc: wrote {out} ({num_kernels} kernels, {args.target}, {seconds:.2f} s{how})", file=sys.stderr)
     return 0
 
 

@@ -23,13 +23,25 @@ from compiler.passes import InputError, Pass, make_pass
 from compiler.printer import print_module
 from compiler.verifier import verify_module
 
-NAMED_PIPELINES = {
+# Weights bound at compile time are constants: fold whatever is computed from them alone (transposes,
+# batch_norm scales), however big, so that no call repeats it. The artifact carries the result.
+_FOLD = "fold-constants{size-limit=4294967296}"
+_COMPILE = f"canonicalize,{_FOLD},cse,fold-batch-norm{{weight-args=false}},canonicalize,{_FOLD},cse,dce,fuse"
+
+# Every named pipeline: -O0/-O1/-O2 (gc opt, and any tool taking -O), and the graph passes gc compile
+# runs before planning memory, per target.
+PIPELINES = {
     "O0": "",
     "O1": "canonicalize,cse,dce",
     # Folding batch_norm into weights that are arguments would add ops that run on every call; once
     # weights are bound (constants) it folds away completely, so -O2 folds only constant weights.
     "O2": "canonicalize,fold-constants,cse,fold-batch-norm{weight-args=false},canonicalize,cse,dce,fuse",
+    "compile-cuda": _COMPILE,
+    # The CPU's conv rule tiles output channels in vectors: a conv of 58 channels computes 64 (pad-channels).
+    "compile-llvm": _COMPILE.replace(",dce,fuse", ",pad-channels,dce,fuse"),
 }
+OPT_LEVELS = ("O0", "O1", "O2")
+NAMED_PIPELINES = {level: PIPELINES[level] for level in OPT_LEVELS}  # what -O names
 
 
 def parse_pipeline(text: str) -> list[Pass]:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(Path(__file__).parent))
+# Tests compile the same modules again and again, some with gc's internals patched: each compile is a real
+# one (and the user's cache folder stays untouched). test_cache.py turns the cache on where it tests it;
+# subprocesses (the CLI tests) inherit the setting.
+os.environ["GC_CACHE"] = "off"
 
 
 def gir_files() -> list[Path]:

@@ -271,12 +271,12 @@ def test_f16_beats_bf16_on_every_example() -> None:
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
 def test_mlp_compiled_for_llvm_is_within_the_bound_and_agrees_with_the_interpreter(dtype: str) -> None:
     import compiler
-    from compiler.codegen.build import PIPELINE
+    from compiler.pipeline import PIPELINES
 
     m = parse_file(ROOT / "examples" / "mlp.gir")
     inputs = random_inputs(m["main"], 0, m)
     want = run(m, inputs)
-    model = compiler.compile(m, "llvm", pipeline=with_mixed_precision(PIPELINE, dtype))
+    model = compiler.compile(m, "llvm", pipeline=with_mixed_precision(PIPELINES["compile-llvm"], dtype))
     got = model(**inputs)
     assert got[0].dtype == np.float32 and got[0].shape == (64, 10)
     assert 1e-6 < normwise_error(want, got) < BOUNDS["mlp", dtype]
@@ -290,12 +290,12 @@ def test_mlp_compiled_for_llvm_is_within_the_bound_and_agrees_with_the_interpret
 
 def test_bound_weights_compile_without_weight_casts_at_run_time() -> None:
     import compiler
-    from compiler.codegen.build import PIPELINE
+    from compiler.pipeline import PIPELINES
 
     m = parse_file(ROOT / "examples" / "mlp.gir")
     inputs = random_inputs(m["main"], 0, m)
     params = {k: v for k, v in inputs.items() if k != "x"}
-    model = compiler.compile(m, "llvm", pipeline=with_mixed_precision(PIPELINE, "f16"), params=params)
+    model = compiler.compile(m, "llvm", pipeline=with_mixed_precision(PIPELINES["compile-llvm"], "f16"), params=params)
     # One kernel casts x, three are the layers (matmul + bias + relu, the last with its cast back).
     assert model.num_kernels == 4
     assert all(b["dtype"] == "f16" for b in model.plan["buffers"] if b["kind"] == "const")
@@ -304,15 +304,15 @@ def test_bound_weights_compile_without_weight_casts_at_run_time() -> None:
 
 def test_cuda_f16_linear_layer_uses_tensor_cores_accumulating_in_f32() -> None:
     import compiler
-    from compiler.codegen.build import PIPELINE
     from compiler.codegen.emit import cuda_source
+    from compiler.pipeline import PIPELINES
 
     m = parse(
         "func @main(%x: tensor<128x256xf32>, %w: tensor<256x256xf32>, %b: tensor<256xf32>) "
         "-> tensor<128x256xf32> {\n  %h = graph.matmul(%x, %w)\n  %z = graph.add(%h, %b)\n"
         "  %y = graph.relu(%z)\n  return %y\n}\n"
     )
-    model = compiler.compile(m, "cuda", pipeline=with_mixed_precision(PIPELINE, "f16"), arch="sm_80")
+    model = compiler.compile(m, "cuda", pipeline=with_mixed_precision(PIPELINES["compile-cuda"], "f16"), arch="sm_80")
     source = cuda_source(model.lib)
     assert "wmma::mma_sync" in source
     assert "wmma::accumulator, 16, 16, 16, float>" in source  # f16 inputs, f32 accumulators
@@ -321,14 +321,14 @@ def test_cuda_f16_linear_layer_uses_tensor_cores_accumulating_in_f32() -> None:
 def test_cuda_bf16_matmul_generates_without_tensor_cores() -> None:
     """dlight (TVM 0.27) has WMMA intrinsics for f16 and int8 only: bf16 gets its SIMT matmul schedule."""
     import compiler
-    from compiler.codegen.build import PIPELINE
     from compiler.codegen.emit import cuda_source
+    from compiler.pipeline import PIPELINES
 
     m = parse(
         "func @main(%x: tensor<128x256xf32>, %w: tensor<256x256xf32>) -> tensor<128x256xf32> {\n"
         "  %h = graph.matmul(%x, %w)\n  return %h\n}\n"
     )
-    model = compiler.compile(m, "cuda", pipeline=with_mixed_precision(PIPELINE, "bf16"), arch="sm_80")
+    model = compiler.compile(m, "cuda", pipeline=with_mixed_precision(PIPELINES["compile-cuda"], "bf16"), arch="sm_80")
     source = cuda_source(model.lib)
     assert "__global__" in source and "wmma" not in source
     assert [str(f.attrs["gc.schedule"]) for f in model.scheduled.functions.values()].count("Matmul") == 1

@@ -67,6 +67,7 @@ def test_list_passes_shows_options_and_named_pipelines() -> None:
     assert r.returncode == 0
     assert "dce " in r.stdout and "prune-args=false" in r.stdout
     assert "-O0" in r.stdout and "-O1" in r.stdout and "-O2" in r.stdout
+    assert "compile-llvm (gc compile --target llvm)  canonicalize," in r.stdout and "compile-cuda" in r.stdout
 
 
 def test_print_ir_after_all_and_change(net: Path) -> None:
@@ -181,3 +182,13 @@ def test_in_process_failure_carries_the_reproducer(tmp_path: Path) -> None:
         run_pipeline(module, "test-crash", Instrumentation(reproducer=str(out)))
     assert e.value.reproducer == str(out) and out.exists()
     assert "test-crash" in PASSES
+
+
+def test_docs_pipeline_table_is_the_code_s() -> None:
+    from compiler.pipeline import PIPELINES
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "passes.md").read_text()
+    for name in ("O1", "O2", "compile-llvm"):
+        row = next(line for line in doc.splitlines() if line.startswith(f"| `-{name}`") or
+                   line.startswith(f"| `{name}`"))
+        assert row.rstrip(" |").endswith(f"`{PIPELINES[name]}`"), row

@@ -17,7 +17,6 @@ from hypothesis import strategies as st
 from strategies import modules
 
 from compiler.builder import Builder, finish
-from compiler.codegen.build import PIPELINE
 from compiler.diagnostics import GCError
 from compiler.inputs import random_inputs
 from compiler.interpreter import run
@@ -27,7 +26,7 @@ from compiler.parser import parse
 from compiler.passes import load_all
 from compiler.passes.remat import Grad
 from compiler.passes.schedule import choose_order
-from compiler.pipeline import parse_pipeline, run_pipeline
+from compiler.pipeline import PIPELINES, parse_pipeline, run_pipeline
 from compiler.printer import print_module
 from compiler.stats import module_stats
 from compiler.verifier import verify_module
@@ -122,7 +121,7 @@ def test_checkpointed_gradients_equal_plain_ones_in_f64(name: str, plan: str) ->
 
 @pytest.mark.parametrize("name, options", [("deep_mlp", "policy=sqrt"), ("deep", "budget=0.7"), ("deep", "budget=0.5")])
 def test_pass_keeps_the_deep_nets_gradients_after_fusion(name: str, options: str) -> None:
-    m = grad_module(deep_or_example(name), "autodiff," + PIPELINE)
+    m = grad_module(deep_or_example(name), "autodiff," + PIPELINES["compile-cuda"])
     if options.startswith("budget"):  # a fraction of the arena without remat
         options = f"budget={int(arena(m) * float(options.split('=')[1]))}"
     inputs = random_inputs(m["main"], 0, m)
@@ -148,7 +147,7 @@ def test_residual_blocks_are_the_units_and_keep_their_gradients() -> None:
 
 @pytest.mark.parametrize("n", [4, 9, 16, 25, 36, 64])
 def test_sqrt_policy_keeps_O_sqrt_n_activations(n: int) -> None:
-    m = grad_module(chain(n), "autodiff," + PIPELINE)
+    m = grad_module(chain(n), "autodiff," + PIPELINES["compile-cuda"])
     f = m["main_grad"]
     before = peak_bytes(f, align=64)
     remat(m, "policy=sqrt")
@@ -159,7 +158,7 @@ def test_sqrt_policy_keeps_O_sqrt_n_activations(n: int) -> None:
 
 
 def test_sqrt_policy_recomputes_at_most_one_forward_pass() -> None:
-    m = grad_module(example("deep_mlp"), "autodiff," + PIPELINE)
+    m = grad_module(example("deep_mlp"), "autodiff," + PIPELINES["compile-cuda"])
     forward = module_stats(m, "main")["flops"]
     before = module_stats(m, "main_grad")["flops"]
     s = remat(m, "policy=sqrt")
@@ -175,7 +174,7 @@ DEEP_BUDGETS = [1_800_000, 1_500_000, 1_200_000, 1_000_000, 850_000]
 
 
 def test_budget_is_met_by_the_planned_arena_with_fewer_flops_when_looser() -> None:
-    base = grad_module(example("deep_mlp"), "autodiff," + PIPELINE)
+    base = grad_module(example("deep_mlp"), "autodiff," + PIPELINES["compile-cuda"])
     none = arena(base)
     flops = []
     for budget in DEEP_BUDGETS:
@@ -188,14 +187,14 @@ def test_budget_is_met_by_the_planned_arena_with_fewer_flops_when_looser() -> No
 
 
 def test_budget_already_met_changes_nothing() -> None:
-    m = grad_module(example("deep_mlp"), "autodiff," + PIPELINE)
+    m = grad_module(example("deep_mlp"), "autodiff," + PIPELINES["compile-cuda"])
     text = print_module(m)
     s = remat(m, f"budget={arena(m)}")
     assert print_module(m) == text and s["extra-flops"] == 0
 
 
 def test_unreachable_budget_is_an_error_stating_the_least_peak() -> None:
-    m = grad_module(example("deep_mlp"), "autodiff," + PIPELINE)
+    m = grad_module(example("deep_mlp"), "autodiff," + PIPELINES["compile-cuda"])
     with pytest.raises(
         GCError,
         match=r"@main_grad cannot fit in 500,000 bytes: the least peak remat reaches is "
@@ -206,7 +205,7 @@ def test_unreachable_budget_is_an_error_stating_the_least_peak() -> None:
 
 def test_plan_that_lowers_no_peak_is_not_applied() -> None:
     # train_mlp's backward working set (two 64x1024 gradients and a relu mask) is its peak, not activations.
-    m = grad_module(example("train_mlp"), "autodiff," + PIPELINE)
+    m = grad_module(example("train_mlp"), "autodiff," + PIPELINES["compile-cuda"])
     text = print_module(m)
     s = remat(m, "policy=sqrt")
     assert print_module(m) == text and s["cloned-ops"] == 0
@@ -217,7 +216,7 @@ def test_plan_that_lowers_no_peak_is_not_applied() -> None:
 
 @pytest.mark.parametrize("policy", ["auto", "greedy"])
 def test_schedule_after_remat_keeps_the_recomputation_late(policy: str) -> None:
-    m = grad_module(example("deep_mlp"), "autodiff," + PIPELINE)
+    m = grad_module(example("deep_mlp"), "autodiff," + PIPELINES["compile-cuda"])
     remat(m, "policy=sqrt")
     f = m["main_grad"]
     peak, ops = peak_bytes(f, align=64), list(f.ops)
@@ -231,14 +230,14 @@ def test_schedule_after_remat_keeps_the_recomputation_late(policy: str) -> None:
 def test_schedule_on_its_own_would_run_the_recomputation_early() -> None:
     """Why remat's order must survive `schedule`: its list scheduler, taken alone, runs clones as soon as their
     checkpoint exists and raises the peak; `schedule` keeps an order only if its peak is lower."""
-    m = grad_module(example("deep_mlp"), "autodiff," + PIPELINE)
+    m = grad_module(example("deep_mlp"), "autodiff," + PIPELINES["compile-cuda"])
     remat(m, "policy=sqrt")
     f = m["main_grad"]
     assert peak_bytes(f, choose_order(f, "greedy"), 64) > peak_bytes(f, align=64)
 
 
 def test_schedule_before_remat_gives_the_same_peak_for_a_gradient() -> None:
-    a = grad_module(example("deep_mlp"), "autodiff," + PIPELINE)
+    a = grad_module(example("deep_mlp"), "autodiff," + PIPELINES["compile-cuda"])
     b = a.clone()
     run_pipeline(a, "remat{policy=sqrt},schedule,plan-memory")
     run_pipeline(b, "schedule,remat{policy=sqrt},plan-memory")
@@ -251,7 +250,7 @@ def test_schedule_before_remat_gives_the_same_peak_for_a_gradient() -> None:
 @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(n=st.integers(1, 8), fused=st.booleans(), data=st.data())
 def test_evaluated_peak_and_flops_are_those_of_the_rewritten_function(n: int, fused: bool, data) -> None:
-    m = grad_module(chain(n, 16), "autodiff," + PIPELINE if fused else "autodiff")
+    m = grad_module(chain(n, 16), "autodiff," + PIPELINES["compile-cuda"] if fused else "autodiff")
     g = Grad(m, m["main_grad"], 64)
     keep = frozenset(data.draw(st.lists(st.sampled_from(g.saved), unique=True)) if g.saved else [])
     plan = g.evaluate(keep)

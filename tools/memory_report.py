@@ -21,10 +21,10 @@ sys.path.insert(0, str(ROOT))
 
 import doc_table
 
-from compiler.codegen.build import PIPELINE, plan_module
+from compiler.codegen.build import plan_module
 from compiler.memory import plan_stats
 from compiler.parser import parse_file
-from compiler.pipeline import run_pipeline
+from compiler.pipeline import PIPELINES, run_pipeline
 
 BEGIN, END = "<!-- memory-report -->", "<!-- /memory-report -->"
 
@@ -36,7 +36,7 @@ def rows() -> list[str]:
     for path in sorted((ROOT / "examples").glob("*.gir")):
         for target, concurrent in (("llvm", False), ("cuda", False), ("cuda", True)):
             m = parse_file(path)
-            run_pipeline(m, PIPELINE)
+            run_pipeline(m, PIPELINES["compile-cuda"])
             file_order = plan_module(m, target, concurrent=concurrent)
             s = plan_stats(m["main"])
             label = target + (", concurrent" if concurrent else "")

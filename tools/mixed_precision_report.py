@@ -57,7 +57,7 @@ def weights(module: Module, inputs: dict[str, np.ndarray]) -> dict[str, np.ndarr
 def measure(name: str, dtype: str, targets: bool = True) -> dict[str, tuple[float, float]]:
     """Errors of `name` in `dtype` against f32 on the interpreter, and compiled for llvm if `targets`."""
     import compiler
-    from compiler.codegen.build import PIPELINE
+    from compiler.pipeline import PIPELINES
 
     original = parse_file(ROOT / "examples" / f"{name}.gir")
     inputs = random_inputs(original["main"], 0, original)
@@ -69,7 +69,7 @@ def measure(name: str, dtype: str, targets: bool = True) -> dict[str, tuple[floa
     out["interp"] = errors(want, run(module, inputs))
     if not targets:
         return out
-    pipeline = PIPELINE if dtype == "f32" else with_mixed_precision(PIPELINE, dtype)
+    pipeline = PIPELINES["compile-cuda"] if dtype == "f32" else with_mixed_precision(PIPELINES["compile-cuda"], dtype)
     model = compiler.compile(original, "llvm", pipeline=pipeline)
     out["llvm"] = errors(want, model(**inputs))
     bound = weights(original, inputs)

@@ -22,13 +22,12 @@ sys.path.insert(0, str(ROOT))
 
 import doc_table
 
-from compiler.codegen.build import PIPELINE
 from compiler.diagnostics import GCError
 from compiler.ir import Module
 from compiler.memory import plan_stats
 from compiler.parser import parse_file
 from compiler.passes.remat import Grad, search
-from compiler.pipeline import parse_pipeline, run_pipeline
+from compiler.pipeline import PIPELINES, parse_pipeline, run_pipeline
 from compiler.stats import module_stats
 
 BEGIN, END = "<!-- remat-report -->", "<!-- /remat-report -->"
@@ -56,7 +55,7 @@ def rows() -> list[str]:
     ]
     for name in EXAMPLES:
         base = parse_file(ROOT / "examples" / f"{name}.gir")
-        run_pipeline(base, "autodiff," + PIPELINE)
+        run_pipeline(base, "autodiff," + PIPELINES["compile-cuda"])
         forward = module_stats(base, "main")["flops"]
         none = arena(base)
         out.append(f"| {name} | none | {none:,} | 1.000 | 0 | 0 | 0 | 0.0% |")

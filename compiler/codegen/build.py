@@ -1,8 +1,8 @@
-"""compile(): parse, bind weights, optimize, lower each kernel, schedule it, build one library, plan buffers."""
+"""build(): plan memory, lower each kernel, schedule it, build one library, and the runtime plan (the last
+stage of compiler/driver.py's compile)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import numpy as np
@@ -13,84 +13,9 @@ from compiler.codegen.target import make_target, num_cores
 from compiler.diagnostics import GCError
 from compiler.ir import Module, Value
 from compiler.memory import is_planned, peak_bytes, plan_stats
-from compiler.parser import parse, parse_file
 from compiler.stats import op_flops
 from dialects.exec import Copy, Launch, Signal, Wait
 from dialects.mem import Alloc, Arena, View
-
-# Weights bound at compile time are constants: fold whatever is computed from them alone (transposes,
-# batch_norm scales), however big, so that no call repeats it. The artifact carries the result.
-_FOLD = "fold-constants{size-limit=4294967296}"
-PIPELINE = f"canonicalize,{_FOLD},cse,fold-batch-norm{{weight-args=false}},canonicalize,{_FOLD},cse,dce,fuse"
-# The CPU's conv rule tiles output channels in vectors: a conv of 58 channels computes 64 (pad-channels).
-PIPELINES = {"llvm": PIPELINE.replace(",dce,fuse", ",pad-channels,dce,fuse"), "cuda": PIPELINE}
-
-
-def load_module(source) -> Module:
-    """A Module from a Module, a path to a .gir file, or GIR text."""
-    if isinstance(source, Module):
-        return source.clone()
-    if isinstance(source, Path) or (isinstance(source, str) and source.endswith(".gir") and "\n" not in source):
-        return parse_file(source)
-    return parse(source, "<text>")
-
-
-def bind_params(module: Module, entry: str, params: dict[str, np.ndarray]) -> None:
-    """Arguments named in `params` become constants: weights fixed at compile time, which passes fold."""
-    from compiler.builder import bind_arguments
-    from compiler.interpreter import bind_inputs
-
-    f = module[entry]
-    names = [a.name for a in f.args]
-    unknown = [k for k in params if k not in names]
-    if unknown:
-        raise GCError(f"--params: @{entry} has no argument %{unknown[0]}")
-    checked = bind_inputs(f, {a.name: params.get(a.name, _zeros(a)) for a in f.args})  # shapes, dtypes
-    bind_arguments(f, {n: x for n, x in zip(names, checked) if n in params})
-
-
-def _zeros(a: Value) -> np.ndarray:
-    return np.zeros(a.type.shape, a.type.dtype.np)
-
-
-def compile(source, target: str = "llvm", *, params: dict[str, np.ndarray] | None = None, entry: str = "main",
-            pipeline: str | None = None, arch: str | None = None, concurrent: bool = False) -> CompiledModel:
-    """Compile a module (path, text or Module) for llvm or cuda; returns a callable CompiledModel.
-    `concurrent` (cuda): a memory plan that never makes independent branches wait for each other."""
-    from compiler.pipeline import run_pipeline
-
-    from compiler.printer import print_module
-
-    t0 = time.perf_counter()
-    module = load_module(source)
-    if entry not in module:
-        raise GCError(f"no function @{entry} in the module")
-    text = print_module(module)
-    if params:
-        bind_params(module, entry, params)
-    _keep_reachable(module, entry)
-    run_pipeline(module, PIPELINES.get(target, PIPELINE) if pipeline is None else pipeline)
-    model = build(module, target, entry=entry, arch=arch, concurrent=concurrent)
-    model.compile_seconds = time.perf_counter() - t0
-    model.source = text
-    return model
-
-
-def _keep_reachable(module: Module, entry: str) -> None:
-    """Only @entry and what it calls: the rest is not compiled, so no pass should spend time (or remarks)
-    on it."""
-    keep, todo = set(), [entry]
-    while todo:
-        name = todo.pop()
-        if name in keep:
-            continue
-        keep.add(name)
-        for op in module[name].ops:
-            ref = {"graph.call": op.attrs.get("callee"), "exec.launch": op.attrs.get("kernel")}.get(op.name)
-            if ref is not None and ref.name in module:
-                todo.append(ref.name)
-    module.funcs = {n: f for n, f in module.funcs.items() if n in keep}
-
 
 ALIGN = {"llvm": 64, "cuda": 256}  # vector loads on the CPU; CUDA's allocation granularity
 

@@ -38,6 +38,12 @@ class CompiledModel:
         self.source: str | None = None  # the GIR it was compiled from (for random inputs that fit it)
         self.lib_bytes: bytes | None = None  # the shared library as loaded or built, saved as it is
         self.sources: list | None = None  # the LLVM modules of a library built in parts (--emit llvm/asm)
+        # What a compile in this process leaves beside the library (a loaded model has none of them): the
+        # scheduled TIR, the planned GIR, the seconds the compile took.
+        self.scheduled = None
+        self.planned = None
+        self.compile_seconds: float | None = None
+        self.from_cache = False  # loaded from the compile cache (compiler/cache.py) instead of compiled
         self.plan = plan
         self.target = target
         self.consts = consts

@@ -1,0 +1,194 @@
+"""The compile cache: a compiled artifact kept under a key of everything the compile depends on, so that an
+unchanged model compiles again in well under a second.
+
+The key is a SHA-256 of: the module's text, every bound weight (name, dtype, shape, bytes), the target as
+built (for llvm the CPU and its features, so two machines sharing a home folder never exchange code), the
+compile options (entry, pipeline, arch, concurrent), the artifact format, TVM's version and gc's own code
+(its version and a hash of its source files: a changed pass must not be answered by an old artifact).
+
+An entry is an ordinary .gcpkg, loaded with every check `compiler.load` makes; one that fails them (a
+truncated file, a CPU that changed under the same name) is deleted and the model compiled again. Entries
+are written atomically, so concurrent compiles of one model leave one whole file. The folder is
+`$GC_CACHE_DIR`, else `$XDG_CACHE_HOME/gc/compiled`, else `~/.cache/gc/compiled`; `GC_CACHE=off` (or
+`compile(..., cache=False)`, `gc compile --no-cache`) bypasses it. It keeps at most `GC_CACHE_MAX_MB`
+(default 2048) megabytes, the least recently used entries going first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+from functools import cache
+from pathlib import Path
+
+import numpy as np
+
+from compiler.diagnostics import GCError
+
+DEFAULT_MAX_MB = 2048
+
+
+def enabled() -> bool:
+    return os.environ.get("GC_CACHE", "on").strip().lower() not in ("off", "0", "no", "false")
+
+
+def folder() -> Path:
+    if os.environ.get("GC_CACHE_DIR"):
+        return Path(os.environ["GC_CACHE_DIR"])
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "gc" / "compiled"
+
+
+def key(text: str, params: dict[str, np.ndarray] | None, options: dict) -> str:
+    """The entry's name: a hash of everything the compiled artifact depends on. `options`: the driver's
+    Options as a dict (target, entry, pipeline, arch, concurrent)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from compiler.codegen.artifact import FORMAT
+
+    try:
+        tvm_version = version("apache-tvm")
+    except PackageNotFoundError:  # TVM from a source tree
+        import tvm
+
+        tvm_version = tvm.__version__
+    target = machine(options["target"], options.get("arch"))
+    h = hashlib.sha256()
+
+    def put(part: str | bytes) -> None:
+        data = part.encode() if isinstance(part, str) else part
+        h.update(len(data).to_bytes(8, "little"))
+        h.update(data)
+
+    for part in (FORMAT, tvm_version, code_fingerprint(), repr(sorted(target.items())),
+                 repr(sorted(options.items())), text):
+        put(part)
+    for name in sorted(params or {}):
+        a = np.ascontiguousarray(params[name])
+        put(f"{name}:{a.dtype.str}:{a.shape}")
+        put(memoryview(a.reshape(-1)).cast("B") if a.size else b"")
+    return h.hexdigest()
+
+
+def machine(target: str, arch: str | None) -> dict:
+    """What the code is built for. For llvm: GC_CPU's CPU, or this one's name and every feature cpuid
+    reports (llvmlite: without loading TVM, which a cache hit does not need), and the cores."""
+    from compiler.codegen.target import host_features, make_target, num_cores
+
+    if target == "llvm":
+        try:
+            import llvmlite.binding as llvm
+
+            name = os.environ.get("GC_CPU") or str(llvm.get_host_cpu_name())
+        except Exception:  # noqa: BLE001 (no llvmlite, or an LLVM without the query)
+            return make_target(target, arch)
+        return {"kind": "llvm", "cpu": name, "features": sorted(host_features().items()), "cores": num_cores()}
+    return make_target(target, arch)
+
+
+@cache
+def code_fingerprint() -> str:
+    """gc's version and a hash of its source (compiler/ and dialects/): an edited gc misses the cache."""
+    import compiler
+    import dialects
+
+    h = hashlib.sha256(compiler.__version__.encode())
+    for pkg in (compiler, dialects):
+        root = Path(pkg.__file__).parent
+        for f in sorted(p for p in root.rglob("*") if p.suffix in (".py", ".lark") and "__pycache__" not in p.parts):
+            h.update(str(f.relative_to(root)).encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def path_of(k: str) -> Path:
+    return folder() / f"{k}.gcpkg"
+
+
+def lookup(k: str):
+    """The cached CompiledModel under key `k`, or None. An entry that does not load is removed."""
+    from compiler.codegen.artifact import load
+
+    p = path_of(k)
+    if not p.is_file():
+        return None
+    try:
+        model = load(p)
+    except GCError:
+        p.unlink(missing_ok=True)
+        return None
+    _touch(p)
+    return model
+
+
+def lookup_file(k: str) -> Path | None:
+    """The cached artifact's path under key `k` if it is whole (the CLI copies the file as it is)."""
+    from compiler.codegen.artifact import read_plan
+
+    p = path_of(k)
+    if not p.is_file():
+        return None
+    try:
+        read_plan(p)  # the manifest, every member's hash, the plan's structure
+    except GCError:
+        p.unlink(missing_ok=True)
+        return None
+    _touch(p)
+    return p
+
+
+def store(k: str, model) -> None:
+    """Keep `model` under key `k`; a cache that cannot be written (a read-only home) is skipped quietly:
+    it only saves time."""
+    if model.target["kind"] == "cuda":
+        import tvm
+
+        if not tvm.runtime.enabled("cuda"):
+            return  # built without a driver: CUDA C only, which no later compile could use
+    p = path_of(k)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        model.save(p)
+    except (OSError, GCError):
+        return
+    evict(p)
+
+
+def store_file(k: str, artifact: Path) -> None:
+    p = path_of(k)
+    try:
+        p.parent.mkdir(parents=True, exist_ok=True)
+        tmp = p.with_suffix(f".{os.getpid()}.tmp")
+        shutil.copyfile(artifact, tmp)
+        os.replace(tmp, p)
+    except OSError:
+        return
+    evict(p)
+
+
+def evict(keep: Path | None = None) -> None:
+    """Remove the least recently used entries until the folder holds at most GC_CACHE_MAX_MB."""
+    try:
+        limit = int(float(os.environ.get("GC_CACHE_MAX_MB", DEFAULT_MAX_MB)) * (1 << 20))
+    except ValueError:
+        limit = DEFAULT_MAX_MB << 20
+    try:
+        entries = [(e.stat().st_mtime, e.stat().st_size, e) for e in folder().glob("*.gcpkg")]
+    except OSError:
+        return
+    total = sum(size for _, size, _ in entries)
+    for _, size, e in sorted(entries, key=lambda t: t[0]):
+        if total <= limit:
+            break
+        if e == keep:
+            continue
+        e.unlink(missing_ok=True)
+        total -= size
+
+
+def _touch(p: Path) -> None:
+    try:
+        os.utime(p)
+    except OSError:
+        pass

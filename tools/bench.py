@@ -42,6 +42,7 @@ from typing import Callable
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+os.environ.setdefault("GC_CACHE", "off")  # compile seconds are cold compiles, and builds keep their TIR
 sys.path.insert(0, str(ROOT))
 
 RTOL = 1e-3

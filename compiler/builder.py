@@ -31,7 +31,9 @@ class Builder:
         return new
 
     def constant(self, value, dtype: DType | None = None) -> Value:
-        return self.create("graph.constant", [], {"value": Dense.of(np.asarray(value), dtype)}).result
+        from dialects.graph.creation import Constant
+
+        return self.create(Constant.name, [], {"value": Dense.of(np.asarray(value), dtype)}).result
 
     def __getattr__(self, short: str):
         cls = lookup_op(f"graph.{short}")

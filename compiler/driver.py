@@ -125,7 +125,7 @@ def keep_reachable(module: Module, entry: str) -> None:
             continue
         keep.add(name)
         for op in module[name].ops:
-            ref = {"graph.call": op.attrs.get("callee"), "exec.launch": op.attrs.get("kernel")}.get(op.name)
+            ref = op.called()
             if ref is not None and ref.name in module:
                 todo.append(ref.name)
     module.funcs = {n: f for n, f in module.funcs.items() if n in keep}

@@ -94,17 +94,20 @@ def random_inputs(f: Func, seed: int, module: Module | None = None) -> dict[str,
 def _uses(f: Func, a: Value, module: Module | None, depth: int = 0) -> list:
     """The (op, operand index) uses of `a`, following graph.call and exec.launch into the callee's argument
     and graph.cast to its result's users (a weight mixed-precision casts to f16 is still a weight)."""
+    from dialects.exec import Launch
+    from dialects.graph.elementwise import Cast
+
     out = []
     for op, i in f.users().get(a, []):
         if op is None or depth >= 8:
             out.append((op, i))
             continue
-        callee = getattr(op, "callee", None) or (op.attrs.get("kernel") if op.name == "exec.launch" else None)
+        callee = getattr(op, "callee", None) or (op.kernel if isinstance(op, Launch) else None)
         if module is not None and callee is not None and callee.name in module:
             g = module[callee.name]
             if i < len(g.args):
                 out += _uses(g, g.args[i], module, depth + 1)
-        elif op.name == "graph.cast":
+        elif isinstance(op, Cast):
             out += _uses(f, op.result, module, depth + 1)
         else:
             out.append((op, i))
@@ -133,14 +136,11 @@ def _random_arg(a: Value, uses, rng: np.random.Generator) -> np.ndarray:
 
 
 def _fan_in_scale(op, i: int, shape: tuple[int, ...]) -> float:
-    """Weights of matmul (operand 1) and conv2d (operand 1) keep activations at unit scale."""
-    if op is None or i != 1 or len(shape) < 2:
+    """A layer's weights (matmul's and conv2d's operand 1) keep activations at unit scale: 1/sqrt(fan-in)."""
+    if op is None or i not in op.weight_operands:
         return 1.0
-    if op.name == "graph.matmul":
-        return 1 / math.sqrt(max(shape[-2], 1))
-    if op.name == "graph.conv2d":
-        return 1 / math.sqrt(max(int(np.prod(shape[1:])), 1))
-    return 1.0
+    fan_in = op.fan_in(i, shape)
+    return 1 / math.sqrt(fan_in) if fan_in else 1.0
 
 
 def summarize(name: str, x: np.ndarray, type_str: str) -> str:

@@ -329,6 +329,41 @@ class Op:
     kind: ClassVar[str] = "opaque"
     # False for ops that read or write memory (the mem/exec dialects): dce and cse leave them alone.
     pure: ClassVar[bool] = True
+    # -- what passes ask the op (a pass never keeps a list of op names) --
+    # mixed-precision: "low" computes in f16/bf16 (matmul, conv2d); "follow" runs in its operands'
+    # precision (cheap elementwise ops and data movement); "f32" always sees f32 operands (sensitive
+    # ops, and every op not classified: a new op is safe until someone says otherwise).
+    precision: ClassVar[str] = "f32"
+    # Pure data movement of its one operand, never smaller than it: converting the operand is as cheap.
+    movement: ClassVar[bool] = False
+    # op(a, b) == op(b, a): cse merges the two.
+    commutative: ClassVar[bool] = False
+    # Operands that are a layer's weights (pruning, the weights `gc prune` must be given).
+    weight_operands: ClassVar[tuple[int, ...]] = ()
+    # Parameters that start at one (a norm's scale, a variance), where other vectors start at zero.
+    unit_operands: ClassVar[tuple[int, ...]] = ()
+    # A transpose of an operand's last two axes is fused in and read in place (matmul(x, transpose(w))).
+    reads_transposed_operands: ClassVar[bool] = False
+
+    def fan_in(self, index: int, shape: tuple[int, ...]) -> int | None:
+        """Inputs summed into each output per element of the weight at operand `index` of this shape (random
+        inputs and initial weights are scaled by it), or None where the operand is no such weight."""
+        return None
+
+    def fold(self) -> Value | None:
+        """An existing value the result equals, exactly (x + -0.0 -> x, a reshape to x's own shape -> x): the
+        canonicalize pass forwards it, building nothing. Of the result's type always (no shape or dtype
+        changes); None where there is none."""
+        return None
+
+    def called(self) -> SymbolRef | None:
+        """The function this op runs (graph.call's callee, exec.launch's kernel), else None."""
+        return None
+
+    def padded_operand(self, index: int) -> tuple[int, ...] | None:
+        """The zero padding (top, left, bottom, right) the op adds around operand `index` before reading it,
+        if it may read it from a zero-bordered buffer in place instead (conv2d's input); else None."""
+        return None
 
     def __init_subclass__(cls, name: str | None = None, **kw):
         super().__init_subclass__(**kw)

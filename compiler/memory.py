@@ -36,7 +36,7 @@ def view_spans(f: Func) -> dict[Value, tuple[int, int]]:
 
 def steps_of(f: Func) -> list[Op]:
     """The ops of `f` that run as kernels (everything but constants and memory declarations)."""
-    return [op for op in f.ops if op.name != "graph.constant" and not op.name.startswith("mem.")
+    return [op for op in f.ops if op.kind != "constant" and not op.name.startswith("mem.")
             and op.name not in ("exec.signal", "exec.wait")]
 
 

@@ -278,7 +278,7 @@ class _Numerics:
         self.expected = {name: run(module, x, name) for name, x in self.inputs.items()}
         self.run = run
         # A called function may be inlined away; one nothing calls is an entry, and losing it is a change.
-        called = {op.callee.name for f in module for op in f.ops if op.name == "graph.call"}
+        called = {op.called().name for f in module for op in f.ops if op.called() is not None}
         self.entries = {f.name for f in module if f.name not in called}
 
     def check(self, module: Module, label: str, index: int) -> NumericsMismatch | None:

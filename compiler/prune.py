@@ -151,8 +151,8 @@ def _check_weights_given(f: Func, params: dict[str, np.ndarray], path: str | Non
     """Every argument a matmul or conv2d reads as its weight must come in the .npz: pruning the others
     and passing that one through would leave a half-pruned net without a word."""
     args = set(f.args)
-    weights = list(dict.fromkeys(op.operands[1] for op in f.ops if op.name in ("graph.matmul", "graph.conv2d")
-                                 and op.operands[1] in args and op.operands[1].type.dtype.is_float))
+    weights = list(dict.fromkeys(op.operands[i] for op in f.ops for i in op.weight_operands
+                                 if op.operands[i] in args and op.operands[i].type.dtype.is_float))
     missing = [w for w in weights if w.name not in params]
     if not missing:
         return

@@ -57,8 +57,9 @@ def _sweep(f: Func, table, stats: Counter | None) -> bool:
                     repl.name = old.name  # a returned value keeps its user-visible name
                 f.replace_all_uses(old, repl)
             f.ops.remove(op)
-            if stats is not None:
-                stats[pattern.__name__.replace("_", "-")] += 1
+            if stats is not None:  # a pattern for every op (canonicalize's fold) names the op it rewrote
+                key = getattr(pattern, "stats_key", None)
+                stats[key(op) if key else pattern.__name__.replace("_", "-")] += 1
             changed = True
             i = b.index - 1  # revisit what the pattern built
             break

@@ -38,7 +38,7 @@ def module_stats(module: Module, entry: str = "main", data_args: Sequence[str] |
 
     walk = _Walk(module)
     walk.func(f, in_kernel=False)
-    constants = [op for g in walk.funcs for op in g.ops if op.name == "graph.constant"]
+    constants = [op for g in walk.funcs for op in g.ops if op.kind == "constant"]
     const_elems = sum(op.value.type.size for op in constants)
     const_bytes = sum(op.value.type.nbytes for op in constants)
     return {
@@ -110,7 +110,7 @@ class _Walk:
         self.stack.pop()
 
     def op(self, op: Op, in_kernel: bool) -> None:
-        if op.name in ("graph.call", "exec.launch"):
+        if op.called() is not None:
             self.call(op, in_kernel)
             return
         if op.name.startswith(("mem.", "exec.")):
@@ -118,7 +118,7 @@ class _Walk:
         self.by_name[op.name] += 1
         self.by_kind[op.kind] += 1
         self.flops += self._flops(op)
-        if op.name == "graph.constant" or in_kernel:
+        if op.kind == "constant" or in_kernel:
             return
         self.kernels += 1
         self.intermediate_bytes += sum(r.type.nbytes for r in op.results)

@@ -99,8 +99,8 @@ def rebatch(f: Func, data: list[str], old: int, new: int) -> None:
 
 
 def init_params(f: Func, params: list[str], seed: int) -> dict[str, np.ndarray]:
-    """He-normal weights (std sqrt(2 / fan-in)) for tensors of rank >= 2, zeros for biases, ones for the
-    scale of a layer_norm or batch_norm and a batch_norm variance."""
+    """He-normal weights (std sqrt(2 / fan-in)) for tensors of rank >= 2, zeros for biases, ones for what
+    an op says starts at one (a layer_norm's or batch_norm's scale, a batch_norm variance)."""
     rng = np.random.default_rng(seed)
     uses = f.users()
     out = {}
@@ -108,10 +108,10 @@ def init_params(f: Func, params: list[str], seed: int) -> dict[str, np.ndarray]:
         if a.name not in params:
             continue
         t = a.type
-        roles = [(op.name, i) for op, i in uses.get(a, []) if op is not None]
+        roles = [(op, i) for op, i in uses.get(a, []) if op is not None]
         if t.rank >= 2:
             x = rng.standard_normal(t.shape) * math.sqrt(2.0 / _fan_in(t.shape, roles))
-        elif any(r in (("graph.layer_norm", 1), ("graph.batch_norm", 1), ("graph.batch_norm", 4)) for r in roles):
+        elif any(i in op.unit_operands for op, i in roles):
             x = np.ones(t.shape)
         else:
             x = np.zeros(t.shape)
@@ -119,13 +119,11 @@ def init_params(f: Func, params: list[str], seed: int) -> dict[str, np.ndarray]:
     return out
 
 
-def _fan_in(shape: tuple[int, ...], roles: list[tuple[str, int]]) -> int:
-    """Inputs per output: K of a [K, N] matmul weight (its rows), C*kh*kw of an OIHW conv2d weight."""
-    if ("graph.matmul", 1) in roles:
-        return max(shape[-2], 1)
-    if ("graph.matmul", 0) in roles:
-        return max(shape[-1], 1)
-    return max(math.prod(shape[1:]), 1)
+def _fan_in(shape: tuple[int, ...], roles: list) -> int:
+    """Inputs per output, as the op reading the weight says (K of a [K, N] matmul weight, C*kh*kw of an
+    OIHW conv2d weight); else all but the first axis, as of an OIHW weight."""
+    said = next((n for op, i in roles if (n := op.fan_in(i, shape))), None)
+    return said or max(math.prod(shape[1:]), 1)
 
 
 def load_params(path: str, f: Func, params: list[str]) -> dict[str, np.ndarray]:

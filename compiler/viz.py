@@ -93,16 +93,16 @@ class _Drawer:
             env[r] = inner[v]
 
     def _kernel(self, op: Op) -> Func | None:
-        if op.name != "graph.call":
+        if op.called() is None:
             return None
-        callee = self.module.funcs.get(op.callee.name)
+        callee = self.module.funcs.get(op.called().name)
         return callee if callee is not None and callee.attrs.get("kernel") is True else None
 
 
 def _label(op: Op) -> str:
     name = op.name.split(".", 1)[1] if "." in op.name else op.name
-    if op.name == "graph.call":
-        name += f" @{op.callee.name}"
+    if op.called() is not None:
+        name += f" @{op.called().name}"
     return "\\n".join([name, *(_short(r.type) for r in op.results)])
 
 

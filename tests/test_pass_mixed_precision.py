@@ -19,7 +19,7 @@ from compiler.interpreter import run
 from compiler.ir import OP_REGISTRY, DType, Module, TensorType, Value
 from compiler.parser import parse, parse_file
 from compiler.passes import make_pass
-from compiler.passes.mixed_precision import F32_OPS, FOLLOW_OPS, LOW_OPS, MOVEMENT, with_mixed_precision
+from compiler.passes.mixed_precision import with_mixed_precision
 from compiler.pipeline import run_pipeline
 from compiler.printer import print_module
 from compiler.verifier import verify_module
@@ -64,11 +64,29 @@ def casts(module: Module, to: DType) -> list[str]:
 # --- the policy ----------------------------------------------------------------------------------------
 
 
-def test_the_lists_name_existing_ops_and_do_not_overlap() -> None:
-    for names in (LOW_OPS, F32_OPS, FOLLOW_OPS, MOVEMENT):
-        assert names <= set(OP_REGISTRY), names - set(OP_REGISTRY)
-    assert not LOW_OPS & F32_OPS and not LOW_OPS & FOLLOW_OPS and not F32_OPS & FOLLOW_OPS
-    assert MOVEMENT <= FOLLOW_OPS
+def of(precision: str) -> set[str]:
+    return {n for n, c in OP_REGISTRY.items() if c.precision == precision}
+
+
+LOW_OPS, FOLLOW_OPS = of("low"), of("follow")
+
+
+def test_every_op_says_its_precision_and_the_classes_are_pytorch_amps() -> None:
+    """Each op's class carries its mixed-precision class; what AMP computes low is low here, what it keeps in
+    f32 (exp, log, pow, softmax, norms, sums, losses) is f32, and only data movement hoists a conversion."""
+    assert {c.precision for c in OP_REGISTRY.values()} == {"low", "follow", "f32"}
+    assert LOW_OPS == {"graph.matmul", "graph.conv2d"}
+    sensitive = {"exp", "log", "pow", "erf", "sqrt", "rsqrt", "reciprocal", "div", "softplus", "sin", "cos",
+                 "softmax", "log_softmax", "layer_norm", "batch_norm", "lrn", "reduce_sum", "reduce_mean",
+                 "global_avg_pool2d", "softmax_cross_entropy", "mse_loss", "cast", "call"}
+    assert {f"graph.{n}" for n in sensitive} <= of("f32")
+    cheap = {"add", "sub", "mul", "maximum", "minimum", "relu", "gelu", "tanh", "sigmoid", "clip", "where",
+             "max_pool2d", "avg_pool2d", "reshape", "transpose", "concat", "slice", "pad", "gather"}
+    assert {f"graph.{n}" for n in cheap} <= FOLLOW_OPS
+    movement = {n for n, c in OP_REGISTRY.items() if c.movement}
+    assert movement == {f"graph.{n}" for n in ("transpose", "reshape", "squeeze", "unsqueeze", "flatten",
+                                               "broadcast_to")}
+    assert movement <= FOLLOW_OPS
 
 
 @pytest.mark.parametrize("dtype", ["f16", "bf16"])
@@ -93,7 +111,7 @@ def test_every_matmul_and_conv_computes_low_and_the_signature_stays(name: str) -
     for op in m["main"].ops:
         if op.name in LOW_OPS:
             assert all(v.type.dtype is DType.f16 for v in op.operands), op
-        if op.name in F32_OPS:
+        if op.precision == "f32" and op.name not in ("graph.cast", "graph.constant"):  # converted as needed
             assert all(v.type.dtype is not DType.f16 for v in (*op.operands, *op.results)), op
 
 

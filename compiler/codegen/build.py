@@ -138,7 +138,7 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
         add(a, "arg", index=i, name=a.name)
     steps: list[dict] = []
     for op in f.ops:
-        if op.name == "graph.constant":
+        if op.kind == "constant":
             const(op)
         elif isinstance(op, Arena):
             add(op.result, "arena", size=op.size, align=op.align)
@@ -189,7 +189,7 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
 
 def _describe(k: Kernel) -> dict:
     """What a profile shows of a kernel: its ops, the schedule rule that won, its cost and where it came from."""
-    ops = [op for op in k.ops if op.name != "graph.constant"]
+    ops = [op for op in k.ops if op.kind != "constant"]
     loc = next((op.loc for op in ops if op.loc is not None), None)
     return {
         "ops": [op.name.split(".", 1)[-1] for op in ops],

@@ -46,11 +46,11 @@ def kernels_of(module: Module, entry: str) -> list[Kernel]:
     names: dict[str, int] = {}
     pads: dict[Value, tuple[int, ...]] = {}  # values stored with a zero border (plan-memory conv-borders)
     for op in f.ops:
-        if op.name == "graph.constant" or op.name.startswith("mem.") or op.name in ("exec.copy", "exec.signal",
+        if op.kind == "constant" or op.name.startswith("mem.") or op.name in ("exec.copy", "exec.signal",
                                                                                     "exec.wait"):
             continue
-        if op.name in ("graph.call", "exec.launch"):
-            callee = module[op.callee.name if op.name == "graph.call" else op.kernel.name]
+        if op.called() is not None:
+            callee = module[op.called().name]
             if not callee.attrs.get("kernel"):
                 raise GCError(f"graph.call of @{callee.name}: codegen needs calls inlined or marked kernel", op.loc)
             inputs = op.inputs if op.name == "exec.launch" else list(op.operands)
@@ -108,7 +108,7 @@ def lower_kernel(k: Kernel, func: Func | None = None):
         placeholders.append(t)
     consts = []
     for op in k.ops:
-        if op.name == "graph.constant":
+        if op.kind == "constant":
             t = te.placeholder(op.result.type.shape, op.result.type.dtype.tvm, name=f"c{len(consts)}")
             env[op.result] = t
             consts.append((op, t))
@@ -116,7 +116,8 @@ def lower_kernel(k: Kernel, func: Func | None = None):
         lower = getattr(op, "lower", None)
         if lower is None:
             raise GCError(f"{op.name} has no lowering to TVM yet", op.loc)
-        extra = {"padded": True} if op.name == "graph.conv2d" and op.operands[0] in whole else {}
+        # An input the op pads itself, taken from a zero-bordered buffer whole: the op pads nothing.
+        extra = {"padded": True} if op.padded_operand(0) is not None and op.operands[0] in whole else {}
         outs = lower(*op._group([env[v] for v in op.operands]), **extra)
         outs = outs if isinstance(outs, (tuple, list)) else (outs,)
         for r, t in zip(op.results, outs):
@@ -140,14 +141,17 @@ def lower_kernel(k: Kernel, func: Func | None = None):
 
 
 def _reads_padded(ops: list[Op], v: Value, pads: tuple[int, ...]) -> bool:
-    """Whether every op of the kernel that reads `v` is a conv2d taking it as its input with exactly the
-    spatial padding of `v`'s border (batch and channels unpadded): then the kernel takes the bordered
-    buffer whole and the convs pad nothing."""
+    """Whether every op of the kernel that reads `v` reads it once, as an operand it pads (a conv2d's input)
+    with exactly the spatial padding of `v`'s border (batch and channels unpadded): then the kernel takes
+    the bordered buffer whole and the ops pad nothing."""
     users = [op for op in ops if any(u is v for u in op.operands)]
     n, c, top, left, n2, c2, bottom, right = pads
-    return bool(users) and not (n or c or n2 or c2) and all(
-        op.name == "graph.conv2d" and op.operands[0] is v and all(u is not v for u in op.operands[1:])
-        and list(op.padding) == [top, left, bottom, right] for op in users)
+
+    def reads_through_border(op: Op) -> bool:
+        at = [i for i, u in enumerate(op.operands) if u is v]
+        return len(at) == 1 and op.padded_operand(at[0]) == (top, left, bottom, right)
+
+    return bool(users) and not (n or c or n2 or c2) and all(reads_through_border(op) for op in users)
 
 
 def declare_strides(prim, strides: dict[int, tuple[int, ...]]):

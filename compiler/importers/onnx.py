@@ -560,7 +560,7 @@ class _Importer:
     def fold(self, ops: list[Op]) -> None:
         """Evaluate the new ops whose operands are all known, so that later nodes can read the results."""
         for op in ops:
-            if op.name == "graph.constant":
+            if op.kind == "constant":
                 self.folded[op.result] = op.value.array
                 continue
             if not op.operands or any(v not in self.folded for v in op.operands):

@@ -1,7 +1,7 @@
 """cse: ops with the same name, operands, attributes and result types compute the same values; keep one.
 
-The survivor is the first of them; it takes the location of every op merged into it. add, mul,
-maximum, minimum and equal match with their operands swapped. Constants with the same value merge.
+The survivor is the first of them; it takes the location of every op merged into it. Ops that say they
+are `commutative` (add, mul, maximum, minimum, equal) match with their operands swapped. Constants with the same value merge.
 graph.call merges too: graph ops are pure and a callee has no control flow, so equal calls are equal
 values.
 """
@@ -14,8 +14,6 @@ from typing import Hashable
 from compiler.diagnostics import Location
 from compiler.ir import Dense, Func, Module, Op, Value
 from compiler.passes import Pass
-
-COMMUTATIVE = frozenset({"graph.add", "graph.mul", "graph.maximum", "graph.minimum", "graph.equal"})
 
 
 def _exact(v: object) -> Hashable:
@@ -34,7 +32,7 @@ def _exact(v: object) -> Hashable:
 def op_key(op: Op) -> tuple:
     """What makes two ops interchangeable: name, operands (unordered if commutative), attributes, types."""
     operands = tuple(op.operands)
-    if op.name in COMMUTATIVE:
+    if op.commutative:
         # maximum(-0.0, 0.0) may differ from maximum(0.0, -0.0) in the sign of the zero only; IEEE leaves it open.
         operands = tuple(sorted(operands, key=id))
     attrs = tuple((k, _exact(v)) for k, v in sorted(op.attrs.items()))

@@ -22,7 +22,7 @@ class DeadCodeElimination(Pass):
     def run(self, module: Module) -> None:
         for f in module:
             self.stats["ops-erased"] += erase_dead_ops(f)
-        called = {op.callee.name for f in module for op in f.ops if op.name == "graph.call"}
+        called = {op.called().name for f in module for op in f.ops if op.called() is not None}
         called |= {op.kernel.name for f in module for op in f.ops if op.name == "exec.launch"}
         for f in module:
             used = {v for op in f.ops for v in op.operands} | set(f.results)

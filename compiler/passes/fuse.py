@@ -31,6 +31,7 @@ from compiler.diagnostics import GCError, Location
 from compiler.ir import Func, Module, Op, SymbolRef, Value
 from compiler.passes import Pass
 from dialects.graph import creation
+from dialects.graph.shape import Transpose
 
 ANCHOR = "out-elementwise-fusable"
 FUSABLE = ("elementwise", "broadcast", "injective", "reduction", ANCHOR)
@@ -108,7 +109,7 @@ class Fuse(Pass):
             if op not in home and self.kind(op) == ANCHOR:
                 g = _start(op, home, open=False)
                 self.extend_forward(g, uses, home, pos)
-                for v in op.operands if op.name == "graph.matmul" else ():
+                for v in op.operands if op.reads_transposed_operands else ():
                     if _swaps_last_two(v.owner) and joinable(v.owner, g, frozenset({"injective"})):
                         g.add(v.owner, home)  # read in place by the matmul: never materialized
         for op in f.ops:  # phase 2: reductions, their epilogues, then their prologues
@@ -187,7 +188,7 @@ class Fuse(Pass):
 
 def _swaps_last_two(op: Op | None) -> bool:
     """A transpose that only swaps the last two axes (matmul(x, transpose(w)): ONNX Gemm with transB)."""
-    if op is None or op.name != "graph.transpose":
+    if not isinstance(op, Transpose):
         return False
     rank = op.result.type.rank
     perm = [p % rank for p in op.perm] if op.perm is not None else list(reversed(range(rank)))

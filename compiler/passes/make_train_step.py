@@ -132,8 +132,8 @@ def _update_early(g: Func, update: set[Op]) -> None:
 
     def place() -> None:
         # An update goes in once its gradient exists; the learning-rate constant right before its first use.
-        for op in [p for p in pending if p.name != "graph.constant"]:
-            consts = [v.owner for v in op.operands if v.owner in pending and v.owner.name == "graph.constant"]
+        for op in [p for p in pending if p.kind != "constant"]:
+            consts = [v.owner for v in op.operands if v.owner in pending and v.owner.kind == "constant"]
             if all(v in defined or v.owner in consts for v in op.operands):
                 for c in dict.fromkeys(consts):
                     out.append(c)

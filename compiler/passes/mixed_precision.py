@@ -1,26 +1,28 @@
 """mixed-precision{dtype=f16|bf16}: matmul and conv2d compute in a 16-bit float; sensitive ops stay f32.
 
-The policy, like PyTorch AMP's lists (docs/mixed_precision.md has the reasons and the measured errors):
-- LOW_OPS (matmul, conv2d) always run in the low dtype: their f32 operands are converted, their result
-  is low. Every gc lowering (and the interpreter) multiplies 16-bit operands in f32, accumulates in f32
-  and rounds the result once, so only the operands and the result are rounded.
-- F32_OPS (softmax, norms, reductions that sum, losses, exp/log/pow/erf/div, ...) always run in f32:
-  a low operand is converted back (exactly: every f16/bf16 value is an f32 value).
-- FOLLOW_OPS (cheap elementwise and data movement: add, relu, gelu, reshape, max_pool2d, ...) run in
-  the precision of their operands: low when some operand was computed low and the operands that were
-  computed in f32 hold fewer elements than those computed low (a bias vector or a scalar next to an
-  activation: the chain matmul -> add -> relu -> matmul stays low). A tie stays f32, so a residual add of
-  an f32 input and a low branch keeps the residual stream in f32.
-- Every other op (cast, call, ops of other dialects, ops added later) sees f32 operands: new ops are
-  safe until someone puts them on a list.
+The policy, like PyTorch AMP's lists, is each op's own `precision` (compiler/ir.py's Op; set where the op
+is defined; docs/mixed_precision.md has the reasons and the measured errors):
+- "low" (matmul, conv2d) always runs in the low dtype: its f32 operands are converted, its result is
+  low. Every gc lowering (and the interpreter) multiplies 16-bit operands in f32, accumulates in f32 and
+  rounds the result once, so only the operands and the result are rounded.
+- "f32" (softmax, norms, reductions that sum, losses, exp/log/pow/erf/div, ..., and every op that says
+  nothing: cast, call, ops of other dialects, ops added later) always runs in f32: a low operand is
+  converted back (exactly: every f16/bf16 value is an f32 value). New ops are safe until they say
+  otherwise.
+- "follow" (cheap elementwise and data movement: add, relu, gelu, reshape, max_pool2d, ...) runs in the
+  precision of its operands: low when some operand was computed low and the operands that were computed
+  in f32 hold fewer elements than those computed low (a bias vector or a scalar next to an activation:
+  the chain matmul -> add -> relu -> matmul stays low). A tie stays f32, so a residual add of an f32
+  input and a low branch keeps the residual stream in f32.
 
 Only f32 values are touched: f64, integer and existing f16/bf16 values pass through. Arguments and
 results keep their types (a low result is converted back before `return`), so the signature stays.
 Each value is converted at most once in each direction and the conversion is shared by all its users;
 a constant is converted at compile time (a new constant, no cast op); a low copy of an f32 value made by
-transpose/reshape/... of another is made by converting the source and repeating the data movement
-(exact), so `matmul(x, transpose(w))` still reads `w` through the transpose that fusion folds into it.
-Run canonicalize afterwards: casts already in the input may now form cancelling pairs.
+an op that is pure data movement (`movement`: transpose, reshape, ...) of another is made by converting
+the source and repeating the data movement (exact), so `matmul(x, transpose(w))` still reads `w` through
+the transpose that fusion folds into it. Run canonicalize afterwards: casts already in the input may now
+form cancelling pairs.
 
 Loss scaling for training is not done here; docs/mixed_precision.md has the plan.
 """
@@ -30,36 +32,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from compiler.diagnostics import GCError
-from compiler.ir import OP_REGISTRY, Dense, DType, Func, Module, Op, Value, lookup_op
+from compiler.ir import Dense, DType, Func, Module, Op, Value, lookup_op
 from compiler.passes import Pass
 from dialects.graph.creation import Constant
 from dialects.graph.elementwise import Cast
 
-LOW_OPS = frozenset({"graph.matmul", "graph.conv2d"})
-# Results that can overflow a 16-bit range (exp, pow, div, sums), whose inputs need every bit (log, sqrt
-# near 0, sin/cos of large arguments, the variance inside a norm), or that feed training (losses);
-# softplus and erf as in PyTorch AMP.
-F32_OPS = frozenset({
-    "graph.exp", "graph.log", "graph.pow", "graph.erf", "graph.sqrt", "graph.rsqrt", "graph.reciprocal",
-    "graph.div", "graph.softplus", "graph.sin", "graph.cos",
-    "graph.softmax", "graph.log_softmax", "graph.layer_norm", "graph.batch_norm", "graph.lrn",
-    "graph.reduce_sum", "graph.reduce_mean", "graph.global_avg_pool2d",
-    "graph.softmax_cross_entropy", "graph.mse_loss",
-})  # fmt: skip
-# Exact in any dtype (data movement, selections, relu), one rounding of a result of their operands' size
-# (add, sub, mul), or bounded by their inputs (gelu, tanh, sigmoid, elu, a small pooling window).
-FOLLOW_OPS = frozenset({
-    "graph.add", "graph.sub", "graph.mul", "graph.maximum", "graph.minimum", "graph.neg", "graph.abs",
-    "graph.relu", "graph.leaky_relu", "graph.elu", "graph.gelu", "graph.tanh", "graph.sigmoid",
-    "graph.clip", "graph.floor", "graph.ceil", "graph.where", "graph.equal", "graph.less", "graph.greater",
-    "graph.dropout", "graph.max_pool2d", "graph.avg_pool2d", "graph.reduce_max", "graph.reduce_min",
-    "graph.argmax", "graph.reshape", "graph.transpose", "graph.concat", "graph.split", "graph.slice",
-    "graph.broadcast_to", "graph.squeeze", "graph.unsqueeze", "graph.flatten", "graph.pad", "graph.gather",
-})  # fmt: skip
-# Pure data movement of one operand, never smaller than it: converting the operand first is as cheap.
-MOVEMENT = frozenset({
-    "graph.transpose", "graph.reshape", "graph.squeeze", "graph.unsqueeze", "graph.flatten", "graph.broadcast_to",
-})  # fmt: skip
 LOW_DTYPES = {"f16": DType.f16, "bf16": DType.bf16}
 
 
@@ -73,9 +50,8 @@ class MixedPrecision(Pass):
     def __post_init__(self) -> None:
         if self.dtype not in LOW_DTYPES:
             raise GCError(f"pass 'mixed-precision': dtype must be f16 or bf16, got '{self.dtype}'")
-        lookup_op("graph.add")  # registers the dialects, so that the names below can be checked
-        full = tuple(n if "." in n else f"graph.{n}" for n in self.keep_f32)
-        unknown = [n for n in full if n not in OP_REGISTRY]
+        full = tuple(n if "." in n else f"graph.{n}" for n in self.keep_f32)  # keep-f32=matmul: the user's names
+        unknown = [n for n in full if lookup_op(n) is None]
         if unknown:
             raise GCError(f"pass 'mixed-precision': keep-f32 names no op '{unknown[0]}'")
         self.keep_f32 = full
@@ -117,9 +93,9 @@ class _Convert:
         floats = [v for v in (*op.operands, *op.results) if v.type.dtype.is_float]
         if not floats or not all(_is_f32(v) for v in floats) or op.name in self.keep:
             return False
-        if op.name in LOW_OPS:
+        if op.precision == "low":
             return True
-        if op.name not in FOLLOW_OPS:
+        if op.precision != "follow":
             return False
         ins = {v: None for v in op.operands if _is_f32(v) and not isinstance(v.owner, Constant)}
         low = sum(v.type.size for v in ins if v in self.computed_low)
@@ -155,7 +131,7 @@ class _Convert:
             new = Constant([], {"value": Dense.of(owner.value.array, dt)}, None, owner.loc)
             self.maybe_dead.append(owner)
             self.stats["constants-converted"] += 1
-        elif owner is not None and owner.name in MOVEMENT - self.keep and len(src) == 1 and _is_f32(src[0]):
+        elif owner is not None and owner.movement and owner.name not in self.keep and len(src) == 1 and _is_f32(src[0]):
             new = type(owner)([self.as_low(src[0])], dict(owner.attrs), None, owner.loc)
             self.maybe_dead.append(owner)
             self.stats["movement-hoisted"] += 1

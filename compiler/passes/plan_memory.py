@@ -151,8 +151,8 @@ def _borders(module: Module, f: Func) -> dict[Value, tuple[int, ...]]:
         for arg, v in zip(callee.args, call.operands):
             if v in out or v in returned or not isinstance(v.owner, Call) or v.type.rank != 4:
                 continue
-            pad = next((op.padding for op in callee.ops if op.name == "graph.conv2d" and op.operands[0] is arg
-                        and any(op.padding)), None)
+            pad = next((p for op in callee.ops for i, u in enumerate(op.operands)
+                        if u is arg and (p := op.padded_operand(i)) is not None and any(p)), None)
             if pad is not None:
                 top, left, bottom, right = pad
                 out[v] = (0, 0, top, left, 0, 0, bottom, right)
@@ -169,7 +169,7 @@ class _InPlace:
 
 def _plan(module: Module, f: Func, align: int, in_place: _InPlace, concurrent: bool,
           borders: dict[Value, tuple[int, ...]]) -> dict[str, int]:
-    steps = [op for op in f.ops if op.name != "graph.constant"]
+    steps = [op for op in f.ops if op.kind != "constant"]
     every = lifetimes(f, steps, align)
     donors = _border_donors(module, steps, borders, every, in_place) if borders and not concurrent else {}
     borders = dict(borders)
@@ -322,7 +322,7 @@ def _overwritable(call: Op, kernel: Func, i: int, epilogues: bool) -> bool:
 def _rewrite(f: Func, steps: list[Op], block_of: dict[Value, Block], size: int, align: int,
              borders: dict[Value, tuple[int, ...]], shared: list[list[Value]]) -> None:
     loc = f.loc
-    consts = [op for op in f.ops if op.name == "graph.constant"]
+    consts = [op for op in f.ops if op.kind == "constant"]
     arena = Arena([], {"size": size, "align": align}, None, loc)
     arena.result.name = "arena"
     ops: list[Op] = [*consts, arena]

@@ -136,7 +136,7 @@ class Grad:
         self.forward: set[Op] = set()
         wanted = {loss}
         for op in reversed(f.ops):
-            if op.name != "graph.constant" and any(r in wanted for r in op.results):
+            if op.kind != "constant" and any(r in wanted for r in op.results):
                 self.forward.add(op)
                 wanted.update(op.operands)
         returned = set(f.results)
@@ -144,7 +144,7 @@ class Grad:
             r: -(-r.type.nbytes // align) * align
             for op in f.ops
             for r in op.results
-            if r not in returned and r.type.nbytes > 0 and op.name != "graph.constant"
+            if r not in returned and r.type.nbytes > 0 and op.kind != "constant"
         }
         read_later = {v for op in f.ops if op not in self.forward for v in op.operands}
         fwd = [op for op in f.ops if op in self.forward]
@@ -190,7 +190,7 @@ class Grad:
         start: dict[tuple[Value, bool], int] = {}
         end: dict[tuple[Value, bool], int] = {}
         flops = 0
-        steps = [(op, c) for op, c in lay if op.name != "graph.constant"]
+        steps = [(op, c) for op, c in lay if op.kind != "constant"]
         for i, (op, clone) in enumerate(steps):
             late = clone or op not in self.forward
             for u in op.operands:
@@ -345,7 +345,7 @@ def _alive_at(b: Block, steps: list[int]) -> bool:
 
 def op_flops(module: Module, op: Op) -> int:
     """FLOPs of one op as `gc stats` counts them: its own `flops()`, a callee's ops, else one per element."""
-    if op.name == "graph.call" and op.callee.name in module:
+    if op.called() is not None and op.called().name in module:
         return sum(op_flops(module, o) for o in module[op.callee.name].ops)
     flops = getattr(op, "flops", None)
     return int(flops()) if flops is not None else sum(r.type.size for r in op.results)

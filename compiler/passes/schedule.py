@@ -49,7 +49,7 @@ class Schedule(Pass):
             order = choose_order(f, self.policy, self.exact_limit, self.align)
             after = peak_bytes(f, order, self.align)
             if after < before:
-                consts = [op for op in f.ops if op.name == "graph.constant"]
+                consts = [op for op in f.ops if op.kind == "constant"]
                 self.stats["ops-moved"] += sum(a is not b for a, b in zip(consts + order, f.ops))
                 f.ops = consts + order
             else:
@@ -72,7 +72,7 @@ class _Graph:
     """Kernels, their dependences and the bytes each allocates and frees."""
 
     def __init__(self, f: Func, align: int):
-        self.ops = [op for op in f.ops if op.name != "graph.constant"]
+        self.ops = [op for op in f.ops if op.kind != "constant"]
         index = {op: i for i, op in enumerate(self.ops)}
         returned = set(f.results)
         self.preds: list[set[int]] = [set() for _ in self.ops]

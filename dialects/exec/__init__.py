@@ -28,6 +28,9 @@ class Launch(Op, name="exec.launch"):
     kernel = attribute(SymbolRef)
     stream = attribute(int, 0, doc="the stream it runs on (assign-streams)")
 
+    def called(self) -> SymbolRef:
+        return self.kernel
+
     @classmethod
     def check_operand_count(cls, n: int, loc) -> None:
         pass  # checked against the kernel in verify_symbols

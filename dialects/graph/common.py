@@ -150,3 +150,26 @@ def extreme_reducer(dtype: str, largest: bool = True):
         lambda t: tirx.const(float("-inf") if largest else float("inf"), t),
         name="nanmax" if largest else "nanmin",
     )
+
+
+# --- identity folds (Op.fold) ------------------------------------------------------------------------------
+
+
+def same_type(op: Op, v: Value) -> Value | None:
+    """`v` if it can stand for op's result: same shape and dtype, so nothing downstream changes."""
+    return v if v.type == op.result.type else None
+
+
+def is_constant(v: Value, scalar: float) -> bool:
+    """Whether `v` is a constant whose every element equals `scalar` (splat or not)."""
+    op = v.owner
+    return op is not None and op.kind == "constant" and bool(np.all(op.value.array == scalar))
+
+
+def zero_with_sign(v: Value, negative: bool) -> bool:
+    """An exact-zero constant; for floats, also of the given sign (integers have one zero)."""
+    if not is_constant(v, 0):
+        return False
+    if not v.type.dtype.is_float:
+        return True
+    return bool(np.all(np.signbit(v.owner.value.array.astype(np.float32)) == negative))

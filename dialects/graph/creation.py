@@ -42,6 +42,9 @@ class Call(Op, name="graph.call"):
     args = operand(variadic=True)
     callee = attribute(SymbolRef)
 
+    def called(self) -> SymbolRef:
+        return self.callee
+
     @classmethod
     def check_operand_count(cls, n: int, loc: Location | None) -> None:
         pass  # any number, zero included: a function may take no arguments

@@ -12,7 +12,17 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from compiler.ir import DType, Op, TensorType, Value, attribute, operand
-from dialects.graph.common import broadcast_shapes, require_float, require_numeric, same_dtype, scalar, unbroadcast
+from dialects.graph.common import (
+    broadcast_shapes,
+    is_constant,
+    require_float,
+    require_numeric,
+    same_dtype,
+    same_type,
+    scalar,
+    unbroadcast,
+    zero_with_sign,
+)
 
 if TYPE_CHECKING:
     from compiler.builder import Builder
@@ -141,11 +151,13 @@ class Unary(Op):
         return [self.vjp(b, self.x, self.result, dys[0])]
 
 
-def unary(name: str, fn, doc: str, floats_only: bool = True, positive: bool = False, lower=None, vjp=None) -> type[Op]:
-    """`vjp(b, x, y, dy)` is the gradient rule: the gradient with respect to x (None: zero)."""
+def unary(name: str, fn, doc: str, floats_only: bool = True, positive: bool = False, lower=None, vjp=None,
+          **policies) -> type[Op]:
+    """`vjp(b, x, y, dy)` is the gradient rule: the gradient with respect to x (None: zero). `policies`:
+    class attributes passes ask the op for (`precision`, ...; see compiler/ir.py's Op)."""
     extra = {"lower": lower} if lower is not None else {}
     return _define(Unary, name, fn, doc, floats_only=floats_only, positive_domain=positive, vjp=staticmethod(vjp),
-                   **extra)
+                   **extra, **policies)
 
 
 # --- gradient rules of the unary ops: vjp(b, x, y, dy) with y the op's result; PyTorch's values at kinks ----
@@ -210,43 +222,47 @@ def _softplus(x):
 
 
 Neg = unary("graph.neg", np.negative, "-x:  %y = graph.neg(%x) : tensor<4xf32>", False, lower=_lower(lambda x: -x),
-            vjp=lambda b, x, y, dy: b.neg(dy))
+            vjp=lambda b, x, y, dy: b.neg(dy), precision="follow")
 Abs = unary("graph.abs", np.abs, "|x|:  %y = graph.abs(%x) : tensor<4xf32>", False, lower=_te("abs"),
-            vjp=lambda b, x, y, dy: b.mul(dy, _sign(b, x)))
+            vjp=lambda b, x, y, dy: b.mul(dy, _sign(b, x)), precision="follow")
 Exp = unary("graph.exp", np.exp, "e^x:  %y = graph.exp(%x) : tensor<4xf32>", lower=_te("exp"),
-            vjp=lambda b, x, y, dy: b.mul(dy, y))
+            vjp=lambda b, x, y, dy: b.mul(dy, y), precision="f32")
 Log = unary("graph.log", np.log, "natural log:  %y = graph.log(%x) : tensor<4xf32>", positive=True, lower=_te("log"),
-            vjp=lambda b, x, y, dy: b.div(dy, x))
+            vjp=lambda b, x, y, dy: b.div(dy, x), precision="f32")
+# sqrt's gradient is inf at 0, as PyTorch's.
 Sqrt = unary("graph.sqrt", np.sqrt, "square root:  %y = graph.sqrt(%x) : tensor<4xf32>", positive=True,
-             lower=_te("sqrt"), vjp=lambda b, x, y, dy: b.div(dy, b.mul(y, scalar(b, 2, y))))  # inf at 0, as PyTorch
+             lower=_te("sqrt"), vjp=lambda b, x, y, dy: b.div(dy, b.mul(y, scalar(b, 2, y))), precision="f32")
 Rsqrt = unary("graph.rsqrt", lambda x: 1 / np.sqrt(x), "1/sqrt(x):  %y = graph.rsqrt(%x) : tensor<4xf32>",
               positive=True, lower=_te("rsqrt"),
-              vjp=lambda b, x, y, dy: b.mul(b.mul(dy, scalar(b, -0.5, y)), b.mul(y, b.mul(y, y))))
+              vjp=lambda b, x, y, dy: b.mul(b.mul(dy, scalar(b, -0.5, y)), b.mul(y, b.mul(y, y))), precision="f32")
 Reciprocal = unary("graph.reciprocal", lambda x: 1 / x, "1/x:  %y = graph.reciprocal(%x) : tensor<4xf32>",
-                   lower=_lower(lambda x: _const(1, x) / x), vjp=lambda b, x, y, dy: b.neg(b.mul(dy, b.mul(y, y))))
+                   lower=_lower(lambda x: _const(1, x) / x), vjp=lambda b, x, y, dy: b.neg(b.mul(dy, b.mul(y, y))),
+                   precision="f32")
 Tanh = unary("graph.tanh", np.tanh, "tanh:  %y = graph.tanh(%x) : tensor<4xf32>", lower=_te("tanh"),
-             vjp=lambda b, x, y, dy: b.mul(dy, b.sub(scalar(b, 1, y), b.mul(y, y))))
+             vjp=lambda b, x, y, dy: b.mul(dy, b.sub(scalar(b, 1, y), b.mul(y, y))), precision="follow")
 Sigmoid = unary("graph.sigmoid", _sigmoid, "1/(1+e^-x):  %y = graph.sigmoid(%x) : tensor<4xf32>",
-                lower=_lower(_sigmoid_te), vjp=lambda b, x, y, dy: b.mul(dy, b.mul(y, b.sub(scalar(b, 1, y), y))))
+                lower=_lower(_sigmoid_te), vjp=lambda b, x, y, dy: b.mul(dy, b.mul(y, b.sub(scalar(b, 1, y), y))),
+                precision="follow")
 Relu = unary("graph.relu", lambda x: np.maximum(x, 0), "max(x, 0):  %y = graph.relu(%x) : tensor<4xf32>", False,
-             lower=_lower(_relu), vjp=_d_relu)
+             lower=_lower(_relu), vjp=_d_relu, precision="follow")
 Erf = unary("graph.erf", erf, "the error function:  %y = graph.erf(%x) : tensor<4xf32>", lower=_te("erf"),
-            vjp=_d_erf)
+            vjp=_d_erf, precision="f32")
 Sin = unary("graph.sin", np.sin, "sine:  %y = graph.sin(%x) : tensor<4xf32>", lower=_te("sin"),
-            vjp=lambda b, x, y, dy: b.mul(dy, b.cos(x)))
+            vjp=lambda b, x, y, dy: b.mul(dy, b.cos(x)), precision="f32")
 Cos = unary("graph.cos", np.cos, "cosine:  %y = graph.cos(%x) : tensor<4xf32>", lower=_te("cos"),
-            vjp=lambda b, x, y, dy: b.neg(b.mul(dy, b.sin(x))))
+            vjp=lambda b, x, y, dy: b.neg(b.mul(dy, b.sin(x))), precision="f32")
 # floor and ceil are piecewise constant: zero gradient (PyTorch's too).
 Floor = unary("graph.floor", np.floor, "round down:  %y = graph.floor(%x) : tensor<4xf32>", lower=_te("floor"),
-              vjp=lambda b, x, y, dy: None)
+              vjp=lambda b, x, y, dy: None, precision="follow")
 Ceil = unary("graph.ceil", np.ceil, "round up:  %y = graph.ceil(%x) : tensor<4xf32>", lower=_te("ceil"),
-             vjp=lambda b, x, y, dy: None)
+             vjp=lambda b, x, y, dy: None, precision="follow")
 Softplus = unary("graph.softplus", lambda x: np.logaddexp(0, x), "log(1+e^x):  %y = graph.softplus(%x) : tensor<4xf32>",
-                 lower=_lower(_softplus), vjp=lambda b, x, y, dy: b.mul(dy, b.sigmoid(x)))
+                 lower=_lower(_softplus), vjp=lambda b, x, y, dy: b.mul(dy, b.sigmoid(x)), precision="f32")
 
 
 class Gelu(Unary, name="graph.gelu"):
     """x·Φ(x), exact or tanh form:  %y = graph.gelu(%x) {approximate = "tanh"} : tensor<4xf32>"""
+    precision = "follow"
 
     approximate = attribute(str, "none", choices=("none", "tanh"))
 
@@ -286,6 +302,7 @@ class Gelu(Unary, name="graph.gelu"):
 
 class LeakyRelu(Unary, name="graph.leaky_relu"):
     """x if x >= 0 else alpha·x:  %y = graph.leaky_relu(%x) {alpha = 0.1} : tensor<4xf32>"""
+    precision = "follow"
 
     alpha = attribute(float, 0.01)
 
@@ -306,6 +323,7 @@ class LeakyRelu(Unary, name="graph.leaky_relu"):
 
 class Elu(Unary, name="graph.elu"):
     """x if x > 0 else alpha·(e^x - 1):  %y = graph.elu(%x) {alpha = 1.0} : tensor<4xf32>"""
+    precision = "follow"
 
     alpha = attribute(float, 1.0)
 
@@ -327,6 +345,7 @@ class Elu(Unary, name="graph.elu"):
 
 class Clip(Unary, name="graph.clip"):
     """min(max(x, min), max):  %y = graph.clip(%x) {min = 0.0, max = 6.0} : tensor<4xf32>"""
+    precision = "follow"
 
     floats_only = False
     min = attribute(float, -math.inf)
@@ -376,6 +395,10 @@ class Cast(Op, name="graph.cast"):
     kind = "elementwise"
     x = operand()
     dtype = attribute(DType)
+
+    def fold(self) -> Value | None:
+        """cast(x: T, T) -> x: converting to the dtype x already has changes nothing."""
+        return same_type(self, self.x)
 
     def infer(self, x: TensorType) -> TensorType:
         return x.with_dtype(self.dtype)
@@ -442,11 +465,46 @@ class Binary(Op):
         return [unbroadcast(b, g, v.type.shape) for g, v in zip(grads, self.operands)]
 
 
-def binary(name: str, fn, doc: str, result_bool: bool = False, lower=None, vjp=None) -> type[Op]:
+def binary(name: str, fn, doc: str, result_bool: bool = False, lower=None, vjp=None, **policies) -> type[Op]:
     """`vjp(b, a, c, y, dy)` is the gradient rule: the gradients with respect to a and c at the result's
-    shape (the base class sums them back over broadcast axes)."""
+    shape (the base class sums them back over broadcast axes). `policies`: as unary's."""
     extra = {"lower": lower} if lower is not None else {}
-    return _define(Binary, name, fn, doc, result_bool=result_bool, vjp=staticmethod(vjp) if vjp else None, **extra)
+    return _define(Binary, name, fn, doc, result_bool=result_bool, vjp=staticmethod(vjp) if vjp else None, **extra,
+                   **policies)
+
+
+# --- identity folds of the binary ops (Op.fold) ----------------------------------------------------------
+
+
+def _fold_add(op: Op) -> Value | None:
+    """x + 0 and 0 + x -> x. Only for constants that are exactly zero everywhere, and only when the result
+    has x's type: a broadcasting 0 larger than x would change the shape. For floats only a -0.0 constant:
+    -0.0 + (+0.0) is +0.0, so adding +0.0 is not the identity (1/x would flip from -inf to inf)."""
+    if zero_with_sign(op.b, True) and same_type(op, op.a):
+        return op.a
+    if zero_with_sign(op.a, True) and same_type(op, op.b):
+        return op.b
+    return None
+
+
+def _fold_sub(op: Op) -> Value | None:
+    """x - 0 -> x. Only for an exact-zero constant (for floats +0.0: x - (-0.0) turns -0.0 into +0.0), only
+    when the result has x's type (no broadcasting)."""
+    return same_type(op, op.a) if zero_with_sign(op.b, False) else None
+
+
+def _fold_mul(op: Op) -> Value | None:
+    """x * 1 and 1 * x -> x. Only for constants exactly one everywhere, only when the result has x's type."""
+    if is_constant(op.b, 1) and same_type(op, op.a):
+        return op.a
+    if is_constant(op.a, 1) and same_type(op, op.b):
+        return op.b
+    return None
+
+
+def _fold_div(op: Op) -> Value | None:
+    """x / 1 -> x. Only for an exact-one constant, only when the result has x's type (no broadcasting)."""
+    return same_type(op, op.a) if is_constant(op.b, 1) else None
 
 
 # --- gradient rules of the binary ops: vjp(b, a, c, y, dy) with y the result ---------------------------------
@@ -583,28 +641,32 @@ def _pow(a, b):
 
 
 Add = binary("graph.add", np.add, "a + b:  %z = graph.add(%x, %y) : tensor<4xf32>", lower=_lower(lambda a, b: a + b),
-             vjp=lambda b, a, c, y, dy: (dy, dy))
+             vjp=lambda b, a, c, y, dy: (dy, dy), fold=_fold_add, precision="follow", commutative=True)
 Sub = binary("graph.sub", np.subtract, "a - b:  %z = graph.sub(%x, %y) : tensor<4xf32>",
-             lower=_lower(lambda a, b: a - b), vjp=lambda b, a, c, y, dy: (dy, b.neg(dy)))
+             lower=_lower(lambda a, b: a - b), vjp=lambda b, a, c, y, dy: (dy, b.neg(dy)), fold=_fold_sub,
+             precision="follow")
 Mul = binary("graph.mul", np.multiply, "a * b:  %z = graph.mul(%x, %y) : tensor<4xf32>",
-             lower=_lower(lambda a, b: a * b), vjp=lambda b, a, c, y, dy: (b.mul(dy, c), b.mul(dy, a)))
+             lower=_lower(lambda a, b: a * b), vjp=lambda b, a, c, y, dy: (b.mul(dy, c), b.mul(dy, a)),
+             fold=_fold_mul, precision="follow", commutative=True)
 Div = binary("graph.div", _div, "a / b (integers truncate):  %z = graph.div(%x, %y) : tensor<4xf32>",
-             lower=_lower(_div_te), vjp=_d_div)
-Pow = binary("graph.pow", _pow, "a ** b:  %z = graph.pow(%x, %y) : tensor<4xf32>", lower=_lower_pow, vjp=_d_pow)
+             lower=_lower(_div_te), vjp=_d_div, fold=_fold_div, precision="f32")
+Pow = binary("graph.pow", _pow, "a ** b:  %z = graph.pow(%x, %y) : tensor<4xf32>", lower=_lower_pow, vjp=_d_pow,
+             precision="f32")
 Maximum = binary("graph.maximum", np.maximum, "max(a, b):  %z = graph.maximum(%x, %y) : tensor<4xf32>",
-                 lower=_lower(_fmax), vjp=_d_extremum(lambda b: b.greater))
+                 lower=_lower(_fmax), vjp=_d_extremum(lambda b: b.greater), precision="follow", commutative=True)
 Minimum = binary("graph.minimum", np.minimum, "min(a, b):  %z = graph.minimum(%x, %y) : tensor<4xf32>",
-                 lower=_lower(_fmin), vjp=_d_extremum(lambda b: b.less))
+                 lower=_lower(_fmin), vjp=_d_extremum(lambda b: b.less), precision="follow", commutative=True)
 Equal = binary("graph.equal", np.equal, "a == b:  %z = graph.equal(%x, %y) : tensor<4xi1>", True,
-               lower=_compare("EQ"))
+               lower=_compare("EQ"), precision="follow", commutative=True)
 Less = binary("graph.less", np.less, "a < b:  %z = graph.less(%x, %y) : tensor<4xi1>", True,
-              lower=_compare("LT"))
+              lower=_compare("LT"), precision="follow")
 Greater = binary("graph.greater", np.greater, "a > b:  %z = graph.greater(%x, %y) : tensor<4xi1>", True,
-                 lower=_compare("GT"))
+                 lower=_compare("GT"), precision="follow")
 
 
 class Where(Op, name="graph.where"):
     """cond ? a : b, broadcasting all three:  %z = graph.where(%c, %x, %y) : tensor<4xf32>"""
+    precision = "follow"
 
     kind = "broadcast"
     cond = operand()

@@ -17,10 +17,19 @@ if TYPE_CHECKING:
 
 class MatMul(Op, name="graph.matmul"):
     """a @ b, batch dimensions broadcast:  %z = graph.matmul(%x, %w) : tensor<64x256xf32>"""
+    precision = "low"
+    weight_operands = (1,)
+    reads_transposed_operands = True
 
     kind = "out-elementwise-fusable"
     a = operand()
     b = operand()
+
+    def fan_in(self, index: int, shape: tuple[int, ...]) -> int | None:
+        """K: the rows of a [.., K, N] weight b, the columns of an [.., M, K] operand a."""
+        if len(shape) < 2 or index not in (0, 1):
+            return None
+        return max(shape[-2] if index == 1 else shape[-1], 1)
 
     def infer(self, a: TensorType, b: TensorType) -> TensorType:
         for i, t in enumerate((a, b)):

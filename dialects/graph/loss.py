@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 class SoftmaxCrossEntropy(Op, name="graph.softmax_cross_entropy"):
     """mean_n -log_softmax(logits)[n, labels[n]]:  %l = graph.softmax_cross_entropy(%x, %y) : tensor<f32>"""
+    precision = "f32"
 
     # Opaque: a row-wise log-sum-exp, a gather by a run-time label and a mean over the batch are two
     # reductions over different axes around a data-dependent index, which no single fused kernel pattern fits.
@@ -93,6 +94,7 @@ class SoftmaxCrossEntropy(Op, name="graph.softmax_cross_entropy"):
 
 class MseLoss(Op, name="graph.mse_loss"):
     """mean((a - b)^2) over every element:  %l = graph.mse_loss(%x, %y) : tensor<f32>"""
+    precision = "f32"
 
     # A reduction: the subtract-and-square is elementwise and fuses into the one full reduction after it.
     kind = "reduction"

@@ -6,6 +6,7 @@ Layout is NCHW with OIHW weights; `padding` is [top, left, bottom, right]. Where
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -20,6 +21,7 @@ from dialects.graph.common import (
     require_numeric,
     reshaped,
     same_dtype,
+    same_type,
     scalar,
 )
 
@@ -88,6 +90,8 @@ def _window_count(
 
 class Conv2d(Op, name="graph.conv2d"):
     """2-D convolution, NCHW x OIHW:  %y = graph.conv2d(%x, %w, %b) {padding = [1, 1, 1, 1]} : tensor<1x8x32x32xf32>"""
+    precision = "low"
+    weight_operands = (1,)
 
     kind = "out-elementwise-fusable"
     x = operand()
@@ -97,6 +101,14 @@ class Conv2d(Op, name="graph.conv2d"):
     padding = attribute("ints", (0, 0, 0, 0))
     dilations = attribute("ints", (1, 1))
     groups = attribute(int, 1)
+
+    def fan_in(self, index: int, shape: tuple[int, ...]) -> int | None:
+        """C/groups x KH x KW of an OIHW weight."""
+        return max(math.prod(shape[1:]), 1) if index == 1 and len(shape) >= 2 else None
+
+    def padded_operand(self, index: int) -> tuple[int, ...] | None:
+        """The input is read through its zero padding: from a zero-bordered buffer it needs none."""
+        return tuple(self.padding) if index == 0 else None
 
     def infer(self, x: TensorType, w: TensorType, b: TensorType | None) -> TensorType:
         _require_nchw(self, x)
@@ -359,6 +371,7 @@ class Pool2d(Op):
 
 class MaxPool2d(Pool2d, name="graph.max_pool2d"):
     """Max over windows, padding never wins:  %y = graph.max_pool2d(%x) {kernel = [2, 2]} : tensor<1x3x16x16xf32>"""
+    precision = "follow"
 
     def check_dtype(self, x: TensorType) -> None:
         require_numeric(self, x, "x")
@@ -419,6 +432,7 @@ class MaxPool2d(Pool2d, name="graph.max_pool2d"):
 
 class AvgPool2d(Pool2d, name="graph.avg_pool2d"):
     """Mean over windows:  %y = graph.avg_pool2d(%x) {kernel = [3, 3], strides = [1, 1]} : tensor<1x3x30x30xf32>"""
+    precision = "follow"
 
     count_include_pad = attribute(bool, False)
 
@@ -476,6 +490,7 @@ class AvgPool2d(Pool2d, name="graph.avg_pool2d"):
 
 class GlobalAvgPool2d(Op, name="graph.global_avg_pool2d"):
     """Mean over H and W, kept as 1x1:  %y = graph.global_avg_pool2d(%x) : tensor<1x512x1x1xf32>"""
+    precision = "f32"
 
     kind = "out-elementwise-fusable"
     x = operand()
@@ -515,6 +530,8 @@ class GlobalAvgPool2d(Op, name="graph.global_avg_pool2d"):
 
 class BatchNorm(Op, name="graph.batch_norm"):
     """Inference batch norm, axis 1:  %y = graph.batch_norm(%x, %scale, %bias, %mean, %var) : tensor<8x16x4x4xf32>"""
+    precision = "f32"
+    unit_operands = (1, 4)
 
     kind = "broadcast"
     x = operand()
@@ -582,6 +599,8 @@ class BatchNorm(Op, name="graph.batch_norm"):
 
 class LayerNorm(Op, name="graph.layer_norm"):
     """Normalize over dims axis..end:  %y = graph.layer_norm(%x, %scale, %bias) {axis = -1} : tensor<2x5x8xf32>"""
+    precision = "f32"
+    unit_operands = (1,)
 
     kind = "reduction"
     x = operand()
@@ -674,6 +693,7 @@ class LayerNorm(Op, name="graph.layer_norm"):
 
 class Lrn(Op, name="graph.lrn"):
     """Local response norm across channels:  %y = graph.lrn(%x) {size = 5} : tensor<1x16x8x8xf32>"""
+    precision = "f32"
 
     kind = "opaque"
     x = operand()
@@ -763,6 +783,7 @@ def _row_max(dtype: str):
 
 class Softmax(Op, name="graph.softmax"):
     """e^x / sum(e^x) along one axis:  %y = graph.softmax(%x) {axis = -1} : tensor<2x10xf32>"""
+    precision = "f32"
 
     kind = "reduction"
     x = operand()
@@ -848,6 +869,7 @@ class Softmax(Op, name="graph.softmax"):
 
 class LogSoftmax(Softmax, name="graph.log_softmax"):
     """x - log(sum(e^x)) along one axis:  %y = graph.log_softmax(%x) {axis = 1} : tensor<2x10xf32>"""
+    precision = "f32"
 
     def reference(self, x: np.ndarray) -> np.ndarray:
         z, log_sum = self.shifted(x)
@@ -870,10 +892,15 @@ class LogSoftmax(Softmax, name="graph.log_softmax"):
 
 class Dropout(Op, name="graph.dropout"):
     """The identity at inference:  %y = graph.dropout(%x) {rate = 0.1} : tensor<4x8xf32>"""
+    precision = "follow"
 
     kind = "elementwise"
     x = operand()
     rate = attribute(float, 0.5)
+
+    def fold(self) -> Value | None:
+        """dropout(x) -> x: gc compiles and interprets for inference, where dropout is the identity."""
+        return same_type(self, self.x)
 
     def infer(self, x: TensorType) -> TensorType:
         require_float(self, x, "x")

@@ -166,30 +166,35 @@ def _min(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
 
 class ReduceSum(Reduce, name="graph.reduce_sum"):
     """Sum over axes:  %y = graph.reduce_sum(%x) {axes = [1], keepdims = true} : tensor<4x1xf32>"""
+    precision = "f32"
 
     fn = staticmethod(_sum)
 
 
 class ReduceMean(Reduce, name="graph.reduce_mean"):
     """Mean over axes (integers truncate toward zero):  %y = graph.reduce_mean(%x) {axes = [-1]} : tensor<4xf32>"""
+    precision = "f32"
 
     fn = staticmethod(_mean)
 
 
 class ReduceMax(Reduce, name="graph.reduce_max"):
     """Maximum over axes (NaN wins):  %y = graph.reduce_max(%x) {axes = [0]} : tensor<3xf32>"""
+    precision = "follow"
 
     fn = staticmethod(_max)
 
 
 class ReduceMin(Reduce, name="graph.reduce_min"):
     """Minimum over axes (NaN wins):  %y = graph.reduce_min(%x) : tensor<f32>"""
+    precision = "follow"
 
     fn = staticmethod(_min)
 
 
 class Argmax(Op, name="graph.argmax"):
     """Index of the first maximum along axis:  %i = graph.argmax(%x) {axis = 1} : tensor<4xi64>"""
+    precision = "follow"
 
     kind = "reduction"
     x = operand()

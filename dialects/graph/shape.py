@@ -20,6 +20,7 @@ from dialects.graph.common import (
     pad_or_crop,
     reshaped,
     same_dtype,
+    same_type,
     unbroadcast,
     zeros,
 )
@@ -103,9 +104,15 @@ def _clamp_index(i, lo: int, hi: int):
 
 class Reshape(Regroup, name="graph.reshape"):
     """Same elements, new shape:  %y = graph.reshape(%x) {shape = [2, -1]} : tensor<2x6xf32>"""
+    precision = "follow"
+    movement = True
 
     x = operand()
     shape = attribute("ints")
+
+    def fold(self) -> Value | None:
+        """reshape(x) to x's own shape -> x: row-major order is kept, so the elements do not move."""
+        return same_type(self, self.x)
 
     def target(self, in_shape: tuple[int, ...]) -> tuple[int, ...]:
         """The result shape: 0 copies the input's size at that position (ONNX allowzero=0), -1 is inferred."""
@@ -145,9 +152,16 @@ class Reshape(Regroup, name="graph.reshape"):
 
 class Transpose(ShapeOp, name="graph.transpose"):
     """Permute the axes (reversed if perm is absent):  %y = graph.transpose(%x) {perm = [1, 0]} : tensor<3x2xf32>"""
+    precision = "follow"
+    movement = True
 
     x = operand()
     perm = attribute("ints", None)
+
+    def fold(self) -> Value | None:
+        """transpose(x) with the identity perm -> x. The perm is compared normalised (-1 is the last axis)."""
+        rank = self.x.type.rank
+        return same_type(self, self.x) if self.resolved(rank) == tuple(range(rank)) else None
 
     def resolved(self, rank: int) -> tuple[int, ...]:
         if self.perm is None:
@@ -181,9 +195,14 @@ class Transpose(ShapeOp, name="graph.transpose"):
 
 class Concat(ShapeOp, name="graph.concat"):
     """Join along one axis:  %y = graph.concat(%a, %b) {axis = 0} : tensor<5x3xf32>"""
+    precision = "follow"
 
     xs = operand(variadic=True)
     axis = attribute(int)
+
+    def fold(self) -> Value | None:
+        """concat(x) of one operand -> x."""
+        return same_type(self, self.operands[0]) if len(self.operands) == 1 else None
 
     def infer(self, xs: list[TensorType]) -> TensorType:
         dtype = same_dtype(self, *xs)
@@ -247,6 +266,7 @@ class Concat(ShapeOp, name="graph.concat"):
 class Split(ShapeOp, name="graph.split"):
     """Cut along one axis, one result per section:
     %a, %b = graph.split(%x) {axis = 0, sections = [2, 3]} : (tensor<2x4xf32>, tensor<3x4xf32>)"""
+    precision = "follow"
 
     x = operand()
     axis = attribute(int, 0)
@@ -304,6 +324,7 @@ def _clamp(v: int, lo: int, hi: int) -> int:
 
 class Slice(ShapeOp, name="graph.slice"):
     """ONNX Slice:  %y = graph.slice(%x) {starts = [1], ends = [-1], axes = [1], steps = [2]} : tensor<4x3xf32>"""
+    precision = "follow"
 
     # Each element read from one place of its input: a conv or matmul may write only the slice, in its
     # epilogue (pad-channels' padded convs), instead of the whole result and then a copy of part of it.
@@ -314,6 +335,13 @@ class Slice(ShapeOp, name="graph.slice"):
     ends = attribute("ints")
     axes = attribute("ints", None)
     steps = attribute("ints", None)
+
+    def fold(self) -> Value | None:
+        """slice(x) keeping every element in order -> x: every step 1 and the result has x's shape (with step 1,
+        a kept length equal to the axis size means the range starts at 0). A reversing step -1 stays."""
+        if self.steps is not None and any(s != 1 for s in self.steps):
+            return None
+        return same_type(self, self.x)
 
     def plan(self, shape: tuple[int, ...]) -> dict[int, range]:
         """The indices kept on each sliced axis, clamped exactly as ONNX Slice clamps them."""
@@ -381,9 +409,15 @@ class Slice(ShapeOp, name="graph.slice"):
 
 class BroadcastTo(ShapeOp, name="graph.broadcast_to"):
     """Broadcast to a shape, as ONNX Expand:  %y = graph.broadcast_to(%x) {shape = [4, 3]} : tensor<4x3xf32>"""
+    precision = "follow"
+    movement = True
 
     x = operand()
     shape = attribute("ints")
+
+    def fold(self) -> Value | None:
+        """broadcast_to(x) whose result has x's shape -> x: nothing is repeated."""
+        return same_type(self, self.x)
 
     def infer(self, x: TensorType) -> TensorType:
         if any(d < 0 for d in self.shape):
@@ -410,6 +444,8 @@ class BroadcastTo(ShapeOp, name="graph.broadcast_to"):
 
 class Squeeze(Regroup, name="graph.squeeze"):
     """Drop size-1 axes (all of them if axes is absent):  %y = graph.squeeze(%x) {axes = [0]} : tensor<3xf32>"""
+    precision = "follow"
+    movement = True
 
     x = operand()
     axes = attribute("ints", None)
@@ -436,6 +472,8 @@ class Squeeze(Regroup, name="graph.squeeze"):
 
 class Unsqueeze(Regroup, name="graph.unsqueeze"):
     """Insert size-1 axes at output positions:  %y = graph.unsqueeze(%x) {axes = [0]} : tensor<1x3xf32>"""
+    precision = "follow"
+    movement = True
 
     x = operand()
     axes = attribute("ints")
@@ -456,9 +494,15 @@ class Unsqueeze(Regroup, name="graph.unsqueeze"):
 
 class Flatten(Regroup, name="graph.flatten"):
     """To 2-D, splitting the axes at `axis`:  %y = graph.flatten(%x) {axis = 1} : tensor<2x12xf32>"""
+    precision = "follow"
+    movement = True
 
     x = operand()
     axis = attribute(int, 1)
+
+    def fold(self) -> Value | None:
+        """flatten(x) of a 2-D x whose result has x's shape (axis 1, or a leading 1) -> x."""
+        return same_type(self, self.x)
 
     def lower(self, x):
         return _reshaped(x, self.operands[0].type.shape, self.out_shape(), "flatten")
@@ -480,10 +524,15 @@ class Flatten(Regroup, name="graph.flatten"):
 class Pad(ShapeOp, name="graph.pad"):
     """Constant padding, negative pads crop:
     %y = graph.pad(%x) {pads = [0, 1, 0, 1], value = 0.0} : tensor<2x5xf32>"""
+    precision = "follow"
 
     x = operand()
     pads = attribute("ints")
     value = attribute(float, 0.0)
+
+    def fold(self) -> Value | None:
+        """pad(x) with every pad 0 -> x: nothing is added or cropped, whatever the pad value."""
+        return None if any(self.pads) else same_type(self, self.x)
 
     def infer(self, x: TensorType) -> TensorType:
         r = x.rank
@@ -546,6 +595,7 @@ class Pad(ShapeOp, name="graph.pad"):
 
 class Gather(ShapeOp, name="graph.gather"):
     """ONNX Gather (embeddings):  %y = graph.gather(%table, %ids) {axis = 0} : tensor<8x16xf32>"""
+    precision = "follow"
 
     data = operand()
     indices = operand()

@@ -73,7 +73,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
         k.symbol = k.name
         if target == "llvm":
             # unaligned: kernels take NumPy arrays as malloc aligns them (16 bytes), so calls copy nothing.
-            consts = {f"c{i}" for i in range(len(getattr(k, "const_ops", [])))}
+            consts = {f"c{i}" for i in range(len(k.const_ops))}
             prim = schedule_cpu.schedule(prim, k.kind, constants=consts, unaligned=True)
             prim = prim.with_attr("global_symbol", k.name)
             tags = prim.attrs.get("gc.prepack") if prim.attrs is not None else None
@@ -162,7 +162,7 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
             if k is None:
                 continue  # every output is empty: nothing to compute
             tags = k.prepack
-            inner = [const(c, tags.get(i)) for i, c in enumerate(getattr(k, "const_ops", []))]
+            inner = [const(c, tags.get(i)) for i, c in enumerate(k.const_ops)]
             ins = [whole[v] if view == "whole" else slot[v]
                    for v, view in zip(op.inputs, k.in_views or [None] * len(op.inputs))]
             steps.append({"kernel": k.symbol, "stream": op.stream,
@@ -196,7 +196,7 @@ def _describe(k: Kernel) -> dict:
         "schedule": k.schedule,
         "flops": sum(op_flops(op) for op in ops),
         "bytes": sum(v.type.nbytes for v in (*k.inputs, *k.outputs))
-        + sum(c.result.type.nbytes for c in getattr(k, "const_ops", [])),
+        + sum(c.result.type.nbytes for c in k.const_ops),
         "loc": f"{Path(loc.file).name}:{loc.line}" if loc is not None else "",
     }
 

@@ -31,6 +31,8 @@ class Kernel:
     # How the PrimFunc takes each bordered input: "whole" (a conv reads the padded buffer in place) or
     # "interior" (a strided view of the tensor itself); None for compact inputs. Set by lower_kernel.
     in_views: list = field(default_factory=list)
+    # The constants the kernel reads, in the order of its PrimFunc's c0, c1, ... parameters (lower_kernel).
+    const_ops: list = field(default_factory=list)
     # Set by the build: the library function the kernel's calls run (a structurally equal kernel's, when
     # one was built), the schedule rule used, and the layout tag of each constant read prepacked.
     symbol: str = ""
@@ -56,7 +58,6 @@ def kernels_of(module: Module, entry: str) -> list[Kernel]:
             inputs = op.inputs if op.name == "exec.launch" else list(op.operands)
             k = Kernel(_unique(callee.name, names), list(callee.ops), list(inputs), list(op.results))
             k.params = list(callee.args)
-            k.callee = callee  # type: ignore[attr-defined]
             if op.name == "exec.launch":
                 for d, r in zip(op.destinations, op.results):
                     if d.owner is not None and d.owner.name == "mem.alloc" and d.owner.pads:
@@ -124,7 +125,7 @@ def lower_kernel(k: Kernel, func: Func | None = None):
             env[r] = t
     results = _kernel_results(k, func)
     outs = [_materialize(env[v], i, placeholders + [t for _, t in consts]) for i, v in enumerate(results)]
-    k.const_ops = [op for op, _ in consts]  # type: ignore[attr-defined]
+    k.const_ops = [op for op, _ in consts]
     first_out = len(placeholders) + len(consts)
     for j, v in enumerate(results):
         pads = k.out_pads[j] if j < len(k.out_pads) else None

@@ -76,6 +76,8 @@ def compile_cpu(mod, target):
 
 # From this many functions a build is split among the cores (below it, linking a library costs more).
 PARALLEL_FUNCTIONS = 16
+FUNCTIONS_PER_PART = 8
+PARTS_PER_CORE = 8
 
 
 def build_library(mod, target, cores: int):
@@ -83,9 +85,12 @@ def build_library(mod, target, cores: int):
     compiled LLVM modules, whose source `gc compile --emit llvm/asm` prints).
 
     LLVM compiles a module on one core, and TVM releases the interpreter lock while it does, so the
-    functions are split into a group per core, each compiled and written as an object file in a thread
-    of its own, and the objects linked once: DenseNet-121's 189 kernels (tvm.compile, then
-    export_library's object file) took 24 s on one core of Zen 4."""
+    functions are split into parts, each compiled and written as an object file in a thread, `cores`
+    threads taking the next part as they finish, and the objects linked once. Parts of about
+    FUNCTIONS_PER_PART functions, up to PARTS_PER_CORE a core: kernels differ widely in cost (a DenseNet
+    concat of 32 operands is LLVM's work of twenty convs), and one part a core left a core idle while
+    the other finished the costly ones: DenseNet-121's 135 functions 17 s with 2 parts on 2 cores, 12 s
+    with 16 (Zen 4); one core, one part: 24 s."""
     import tempfile
     from concurrent.futures import ThreadPoolExecutor
     from pathlib import Path
@@ -93,14 +98,15 @@ def build_library(mod, target, cores: int):
     from tvm.support import cc
 
     names = [gv.name_hint for gv in mod.functions]
-    groups = [names[i::cores] for i in range(cores) if names[i::cores]]
+    n_parts = max(cores, min(PARTS_PER_CORE * cores, len(names) // FUNCTIONS_PER_PART))
+    groups = [names[i::n_parts] for i in range(n_parts) if names[i::n_parts]]
     with tempfile.TemporaryDirectory() as d:
         def one(i: int):
             ex = compile_cpu(tvm.IRModule({n: mod[n] for n in groups[i]}), target)
             ex.mod.write_to_file(f"{d}/part{i}.o")
             return ex.mod
 
-        with ThreadPoolExecutor(len(groups)) as pool:
+        with ThreadPoolExecutor(min(cores, len(groups))) as pool:
             parts = list(pool.map(one, range(len(groups))))
         so = Path(d) / "lib.so"
         cc.create_shared(str(so), [f"{d}/part{i}.o" for i in range(len(groups))])

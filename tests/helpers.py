@@ -62,3 +62,12 @@ def gc(*args: str, stdin: str | bytes | None = None, cwd: Path = ROOT, env: dict
     if binary:
         r.stdout, r.stderr = (x.decode("utf-8", "replace") for x in (r.stdout, r.stderr))
     return r
+
+
+def gc_here(capsys, *args) -> tuple[int, str, str]:
+    """`gc ARGS...` in this process (compiler.cli.main), with what it printed: (exit code, stdout, stderr)."""
+    from compiler.cli import main
+
+    rc = main([str(a) for a in args])
+    out, err = capsys.readouterr()
+    return rc, out, err

@@ -4,12 +4,10 @@ differentiated, the backward ops as ordinary GIR for later passes, and the reusa
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 from conftest import ROOT
+from helpers import gc
 
 from compiler.builder import Builder
 from compiler.diagnostics import GCError
@@ -133,7 +131,6 @@ func @main(%x: tensor<4xf16>, %w: tensor<4xbf16>) -> tensor<f16> {
     x, w = np.arange(4, dtype=np.float16), np.ones(4, dtype=np.float32)
     _, dx, dw = run(m, {"x": x, "w": w}, "main_grad")
     assert dx.tolist() == [1.0] * 4 and dw.astype(np.float32).tolist() == [0.0, 1.0, 2.0, 3.0]
-
 
 
 def test_an_f32_loss_of_16_bit_logits_gives_16_bit_gradients() -> None:
@@ -277,12 +274,6 @@ def test_op_without_a_rule_is_named_with_its_location() -> None:
 def test_op_without_a_rule_off_the_differentiated_path_is_fine() -> None:
     m = differentiated(MYSTERY.replace("%l = graph.reduce_sum(%y)", "%l = graph.reduce_sum(%x)"))
     assert run(m, {"x": np.ones(3, np.float32)}, "main_grad")[1].tolist() == [1.0, 1.0, 1.0]
-
-
-def gc(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "compiler", *args], capture_output=True, text=True, cwd=ROOT, check=False
-    )
 
 
 def test_gc_opt_autodiff_prints_the_grad_function() -> None:

@@ -8,9 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import ROOT
+from helpers import gc
 
 import compiler
-from conftest import ROOT
 
 MLP = """func @main(%x: tensor<2x3xf32>, %w: tensor<3x2xf32>, %b: tensor<2xf32>) -> tensor<2x2xf32> {
   %h = graph.matmul(%x, %w)
@@ -18,10 +19,6 @@ MLP = """func @main(%x: tensor<2x3xf32>, %w: tensor<3x2xf32>, %b: tensor<2xf32>)
   return %y
 }
 """
-
-
-def gc(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "compiler", *args], capture_output=True, text=True, input=stdin, cwd=ROOT)
 
 
 @pytest.fixture

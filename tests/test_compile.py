@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import ROOT
+from helpers import gc
 
 import compiler
 from compiler.diagnostics import GCError
@@ -29,10 +28,6 @@ RNG = np.random.default_rng(0)
 X = RNG.standard_normal((4, 8)).astype(np.float32)
 W = RNG.standard_normal((8, 16)).astype(np.float32)
 B = RNG.standard_normal(16).astype(np.float32)
-
-
-def gc(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "compiler", *args], capture_output=True, text=True, cwd=cwd)
 
 
 @pytest.fixture(scope="module")

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from helpers import gc
 
 from compiler.diagnostics import GCError
 from compiler.parser import parse
@@ -23,10 +22,6 @@ NET = """func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
   return %r
 }
 """
-
-
-def gc(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "compiler", *args], capture_output=True, text=True, cwd=cwd)
 
 
 @pytest.fixture

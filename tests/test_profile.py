@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from helpers import gc
 
 import compiler
 from compiler.diagnostics import GCError
@@ -23,10 +21,6 @@ NET = """func @main(%x: tensor<8x32xf32>, %w: tensor<32x16xf32>, %b: tensor<16xf
 """
 RNG = np.random.default_rng(0)
 X, W, B = (RNG.standard_normal(s).astype(np.float32) for s in ((8, 32), (32, 16), (16,)))
-
-
-def gc(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "compiler", *args], capture_output=True, text=True, cwd=ROOT)
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from helpers import gc_here
 
 from compiler.cli import main
 from compiler.diagnostics import GCError
@@ -158,12 +159,6 @@ def test_format_compare_shows_each_number_before_after_and_its_change() -> None:
 # --- the command line -------------------------------------------------------------------------------
 
 
-def gc(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
 @pytest.fixture
 def dead(tmp_path: Path) -> Path:
     p = tmp_path / "dead.gir"
@@ -172,13 +167,13 @@ def dead(tmp_path: Path) -> Path:
 
 
 def test_cli_prints_the_table(capsys: pytest.CaptureFixture) -> None:
-    rc, out, _ = gc(capsys, "stats", MLP)
+    rc, out, _ = gc_here(capsys, "stats", MLP)
     assert rc == 0
     assert out == format_stats(module_stats(parse_file(MLP)))
 
 
 def test_cli_json_is_the_library_dict(capsys: pytest.CaptureFixture) -> None:
-    rc, out, _ = gc(capsys, "stats", MLP, "--json")
+    rc, out, _ = gc_here(capsys, "stats", MLP, "--json")
     assert rc == 0
     stats = json.loads(out)
     assert stats == module_stats(parse_file(MLP))
@@ -186,15 +181,15 @@ def test_cli_json_is_the_library_dict(capsys: pytest.CaptureFixture) -> None:
 
 
 def test_cli_pipeline_changes_the_counts(capsys: pytest.CaptureFixture, dead: Path) -> None:
-    _, out, _ = gc(capsys, "stats", dead, "--json")
-    _, pruned, _ = gc(capsys, "stats", dead, "-p", "dce", "--json")
+    _, out, _ = gc_here(capsys, "stats", dead, "--json")
+    _, pruned, _ = gc_here(capsys, "stats", dead, "-p", "dce", "--json")
     assert json.loads(out)["ops_by_name"] == {"graph.exp": 1, "graph.matmul": 1, "graph.relu": 1}
     assert json.loads(pruned)["ops_by_name"] == {"graph.matmul": 1, "graph.relu": 1}
     assert json.loads(pruned)["flops"] == json.loads(out)["flops"] - 32
 
 
 def test_cli_compare_prints_before_and_after(capsys: pytest.CaptureFixture, dead: Path) -> None:
-    rc, out, _ = gc(capsys, "stats", dead, "-p", "dce", "--compare")
+    rc, out, _ = gc_here(capsys, "stats", dead, "-p", "dce", "--compare")
     assert rc == 0
     assert out.splitlines()[0].split() == ["@main", "before", "after", "change"]
     exp = next(line for line in out.splitlines() if "graph.exp" in line)
@@ -202,20 +197,20 @@ def test_cli_compare_prints_before_and_after(capsys: pytest.CaptureFixture, dead
 
 
 def test_cli_compare_json_has_both_sides(capsys: pytest.CaptureFixture, dead: Path) -> None:
-    _, out, _ = gc(capsys, "stats", dead, "-p", "dce", "--compare", "--json")
+    _, out, _ = gc_here(capsys, "stats", dead, "-p", "dce", "--compare", "--json")
     both = json.loads(out)
     assert (both["before"]["num_ops"], both["after"]["num_ops"]) == (3, 2)
 
 
 def test_cli_compare_without_a_pipeline_is_a_usage_error(capsys: pytest.CaptureFixture, dead: Path) -> None:
-    rc, _, err = gc(capsys, "stats", dead, "--compare")
+    rc, _, err = gc_here(capsys, "stats", dead, "--compare")
     assert rc == 1 and "--compare needs a pipeline" in err
 
 
 def test_cli_data_args_and_entry(capsys: pytest.CaptureFixture) -> None:
-    _, out, _ = gc(capsys, "stats", MLP, "--data-args", "x, b3", "--json")
+    _, out, _ = gc_here(capsys, "stats", MLP, "--data-args", "x, b3", "--json")
     assert json.loads(out)["inputs"] == ["x", "b3"]
-    rc, _, err = gc(capsys, "stats", MLP, "--entry", "nope")
+    rc, _, err = gc_here(capsys, "stats", MLP, "--entry", "nope")
     assert rc == 1 and "no function @nope" in err
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from conftest import ROOT
+from helpers import gc_here
 
 from compiler.cli import main
 from compiler.diagnostics import GCError
@@ -122,12 +123,6 @@ def test_unknown_entry_is_an_error() -> None:
 # --- files and the command line ---------------------------------------------------------------------
 
 
-def gc(capsys: pytest.CaptureFixture, *args: str) -> tuple[int, str, str]:
-    rc = main([str(a) for a in args])
-    out, err = capsys.readouterr()
-    return rc, out, err
-
-
 @pytest.fixture
 def kernel_file(tmp_path: Path) -> Path:
     p = tmp_path / "fused.gir"
@@ -136,13 +131,13 @@ def kernel_file(tmp_path: Path) -> Path:
 
 
 def test_cli_writes_dot_source(capsys: pytest.CaptureFixture, kernel_file: Path, tmp_path: Path) -> None:
-    rc, _, err = gc(capsys, "viz", kernel_file, "-o", tmp_path / "g.dot")
+    rc, _, err = gc_here(capsys, "viz", kernel_file, "-o", tmp_path / "g.dot")
     assert rc == 0, err
     assert (tmp_path / "g.dot").read_text() == to_dot(parse_file(kernel_file)).source
 
 
 def test_cli_without_output_prints_dot_source(capsys: pytest.CaptureFixture, kernel_file: Path) -> None:
-    rc, out, _ = gc(capsys, "viz", kernel_file)
+    rc, out, _ = gc_here(capsys, "viz", kernel_file)
     assert rc == 0 and out.startswith("digraph main {") and "subgraph cluster" in out
 
 
@@ -150,13 +145,13 @@ def test_cli_runs_the_pipeline_first(capsys: pytest.CaptureFixture, tmp_path: Pa
     p = tmp_path / "dead.gir"
     p.write_text("func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %d = graph.exp(%x)\n  %r = graph.relu(%x)\n"
                  "  return %r\n}\n")
-    assert "exp" in gc(capsys, "viz", p)[1]
-    assert "exp" not in gc(capsys, "viz", p, "-p", "dce")[1]
+    assert "exp" in gc_here(capsys, "viz", p)[1]
+    assert "exp" not in gc_here(capsys, "viz", p, "-p", "dce")[1]
 
 
 def test_unknown_extension_is_an_error_naming_the_formats(capsys: pytest.CaptureFixture, kernel_file: Path,
                                                          tmp_path: Path) -> None:
-    rc, _, err = gc(capsys, "viz", kernel_file, "-o", tmp_path / "g.jpeg")
+    rc, _, err = gc_here(capsys, "viz", kernel_file, "-o", tmp_path / "g.jpeg")
     assert rc == 1
     assert "unknown extension '.jpeg'" in err and ".dot" in err and ".svg" in err and ".html" in err
     assert not (tmp_path / "g.jpeg").exists()
@@ -178,7 +173,7 @@ def test_html_page_embeds_the_svg(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     fake.write_text(f"#!/bin/sh\ncat > /dev/null\nprintf '{svg}'\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
     monkeypatch.setenv("PATH", f"{fake.parent}:/usr/bin:/bin")
-    rc, _, err = gc(capsys, "viz", kernel_file, "-o", tmp_path / "g.html")
+    rc, _, err = gc_here(capsys, "viz", kernel_file, "-o", tmp_path / "g.html")
     assert rc == 0, err
     page = (tmp_path / "g.html").read_text()
     assert page.startswith("<!DOCTYPE html>") and '<svg id="g"></svg>' in page
@@ -188,7 +183,7 @@ def test_html_page_embeds_the_svg(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
 
 @pytest.mark.skipif(shutil.which("dot") is None, reason="Graphviz's dot program is not installed")
 def test_svg_renders_with_dot(capsys: pytest.CaptureFixture, kernel_file: Path, tmp_path: Path) -> None:
-    rc, _, err = gc(capsys, "viz", kernel_file, "-o", tmp_path / "g.svg")
+    rc, _, err = gc_here(capsys, "viz", kernel_file, "-o", tmp_path / "g.svg")
     assert rc == 0, err
     svg = (tmp_path / "g.svg").read_text()
     assert "<svg" in svg and "@fused_0" in svg and "matmul" in svg

@@ -232,13 +232,20 @@ def standard_pipeline(level: str) -> str:
     return ",".join(e for e in elements if e and e.split("{")[0] in registered)
 
 
-@pytest.mark.parametrize("level", ["O1", "O2"])
+# Each pass alone, and the standard pipelines, over every example: the per-pass "examples keep their
+# outputs" tests, in one place.
+PASSES_ALONE = ["canonicalize", "cse", "dce", "fold-constants", "fold-constants,cse,dce", "fuse"]
+
+
+@pytest.mark.parametrize("pipeline", [*PASSES_ALONE, "O1", "O2"])
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_standard_pipelines_keep_example_outputs(path: Path, level: str) -> None:
-    """-O1 and -O2, as far as their passes are registered, keep every output of every example."""
-    pipeline = standard_pipeline(level)
-    if not pipeline:
-        pytest.skip(f"no pass of -{level} is registered yet")
+def test_passes_and_standard_pipelines_keep_example_outputs(path: Path, pipeline: str) -> None:
+    """Every pass alone, and -O1 and -O2 (as far as their passes are registered), keep every output of
+    every example."""
+    if pipeline in ("O1", "O2"):
+        pipeline = standard_pipeline(pipeline)
+        if not pipeline:
+            pytest.skip("no pass of the pipeline is registered yet")
     check_pipeline(parse_file(path), pipeline, seed=0)
 
 

@@ -229,14 +229,6 @@ def test_survivor_location_fuses_both_ops() -> None:
     assert [(x.line, x.col) for x in loc.all()] == [(2, 8), (3, 8), (4, 8)]
 
 
-@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_examples_keep_their_outputs(path: Path) -> None:
-    before = parse(path.read_text(), str(path))
-    after = before.clone()
-    run_pass(after, "cse")
-    assert_same_outputs(before, after)
-
-
 @settings(max_examples=60, deadline=None)
 @given(random_module())
 def test_random_modules_keep_their_outputs(module: Module) -> None:

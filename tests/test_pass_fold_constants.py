@@ -208,15 +208,6 @@ def test_example_with_constant_inputs_folds_to_its_outputs(path: Path) -> None:
         np.testing.assert_array_equal(got, w)
 
 
-@pytest.mark.parametrize("pipeline", ["fold-constants", "fold-constants,cse,dce"])
-@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_examples_keep_their_outputs(path: Path, pipeline: str) -> None:
-    before = parse(path.read_text(), str(path))
-    after = before.clone()
-    run_pass(after, pipeline)
-    assert_same_outputs(before, after)
-
-
 @settings(max_examples=60, deadline=None)
 @given(random_module())
 def test_random_modules_keep_their_outputs(module: Module) -> None:

@@ -103,7 +103,8 @@ def test_a_malformed_archive_is_a_diagnostic(saved: Path, tmp_path: Path, what: 
         "extra member": lambda m: m.update({"evil.so": b"\x7fELF"}),
         "no manifest": lambda m: m.pop("manifest.json"),
         "garbage manifest": lambda m: m.update({"manifest.json": b"\xff\xfe{{{"}),
-        "old format": lambda m: m.update({"manifest.json": m["manifest.json"].replace(b"gcpkg-2", b"gcpkg-1")}),
+        "old format": lambda m: m.update(
+            {"manifest.json": m["manifest.json"].replace(artifact.FORMAT.encode(), b"gcpkg-1")}),
         "bad plan JSON": lambda m: m.update({"plan.json": b'{"target": '}),
         "plan not an object": lambda m: m.update({"plan.json": b"[1, 2]"}),
     }
@@ -128,6 +129,21 @@ def _first(plan, kind):
     return next(b for b in plan["buffers"] if b["kind"] == kind)
 
 
+def _rename_first_kernel(plan, name):
+    call = next(c for c in plan["calls"] if "kernel" in c)
+    plan["signatures"][name] = plan["signatures"][call["kernel"]]
+    call["kernel"] = name
+
+
+def _reshape_first_const_and_its_kernel(plan):
+    """The constant's and its kernel's shapes changed together: the constants' own check still sees it."""
+    i = next(j for j, b in enumerate(plan["buffers"]) if b["kind"] == "const")
+    plan["buffers"][i]["shape"] = [3, 3]
+    for c in plan["calls"]:
+        if "kernel" in c and i in c["buffers"]:
+            plan["signatures"][c["kernel"]][c["buffers"].index(i)][0] = [3, 3]
+
+
 TAMPERED = {
     # What would make a kernel write outside its buffer, or index a list out of range: caught, rehashed or not.
     "view past its arena": (lambda p: _first(p, "view").update(offset=_first(p, "arena")["size"]),
@@ -138,12 +154,19 @@ TAMPERED = {
                                    "kernel buffers"),
     "result out of range": (lambda p: p["results"].append(-1), "results"),
     "argument retyped": (lambda p: _first(p, "arg").update(shape=[1]), "not argument 0's type"),
-    "constant reshaped": (lambda p: _first(p, "const").update(shape=[3, 3]), "constant 'c"),
+    "constant reshaped": (lambda p: _first(p, "const").update(shape=[3, 3]), "where kernel"),
     "unknown kernel": (lambda p: next(c for c in p["calls"] if "kernel" in c).update(kernel="system"),
-                       "kernel 'system', which lib.so does not define"),
+                       "kernel 'system', which the plan's signatures do not list"),
     "unknown buffer kind": (lambda p: p["buffers"][0].update(kind="mmap"), "buffer #0"),
     "bad dtype": (lambda p: p["buffers"][0].update(dtype="object"), "buffer #0"),
     "target kind": (lambda p: p["target"].update(kind="vulkan"), "unknown target kind"),
+    # The kernels check nothing they are passed: what each call passes must be what its kernel takes.
+    "view retyped under its kernel": (lambda p: _first(p, "view").update(shape=[1]), "where kernel"),
+    "a buffer too few": (lambda p: next(c for c in p["calls"] if "kernel" in c)["buffers"].pop(), "which takes"),
+    "no signatures": (lambda p: p.pop("signatures"), "'signatures' missing"),
+    "a kernel lib.so lacks, signed": (lambda p: _rename_first_kernel(p, "system"), "which lib.so does not define"),
+    "constant reshaped, its kernel too": (_reshape_first_const_and_its_kernel, "constant 'c"),
+    "signature widened": (lambda p: next(iter(p["signatures"].values()))[0][0].append(2), "where kernel"),
 }
 
 

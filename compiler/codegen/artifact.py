@@ -3,13 +3,15 @@
 A .gcpkg holds native code that runs when it is loaded, as a pickle does: load only artifacts from a
 source you trust. What loading checks, before anything runs, is that the file is whole and fits this
 machine: the format version; a SHA-256 of every member, recorded at save; the plan's structure, every
-buffer inside the arena it views and every constant of the shape the plan says; the target (a GPU for
+buffer inside the arena it views, every constant of the shape the plan says, and every kernel call's
+buffers what the kernel takes (the plan's `signatures`: CPU kernels check nothing they are passed); the
+target (a GPU for
 cuda, and for llvm every CPU feature the code may use, against this CPU's). A file that fails any check
 is one diagnostic, never a traceback or a crash. The checks catch damage and mistakes; they cannot catch
 a library written to do harm by whoever made the file.
 
 Members: manifest.json (format, gc version, the hash of every other member), plan.json (target, entry,
-signature, buffers, calls; see build._plan), lib.so, consts.npz, and source.gir (the GIR it came from).
+signature, buffers, calls, each kernel's parameter signature; see build._plan), lib.so, consts.npz, and source.gir (the GIR it came from).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from compiler.diagnostics import GCError
 from compiler.ir import DType
 from compiler.parser import MAX_RANK
 
-FORMAT = "gcpkg-2"
+FORMAT = "gcpkg-3"  # 3: plan.json carries each kernel's signature, checked at load
 MEMBERS = ("plan.json", "lib.so", "consts.npz")  # and source.gir, optionally
 OPTIONAL = ("source.gir",)
 JSON_LIMIT = 256 << 20  # a plan beyond this is no plan gc wrote
@@ -281,11 +283,26 @@ def check_plan(plan, error) -> None:
             rank = len(inner)
             padded = [n + lo + hi for n, lo, hi in zip(inner, pads[:rank], pads[rank:])]
             need(b["shape"] == padded and b["dtype"] == bufs[of]["dtype"], f"buffer #{i}: not its bordered buffer's shape")
+    sigs = plan.get("signatures")
+    need(isinstance(sigs, dict), "'signatures' missing or not an object")
+    for name, sig in sigs.items():
+        need(isinstance(sig, list) and all(isinstance(p, list) and len(p) == 2 and shape_ok(p[0]) and dtype_ok(p[1])
+                                           for p in sig), f"signature of kernel {name!r}")
     for i, c in enumerate(plan["calls"]):
         need(isinstance(c, dict) and is_int(c.get("stream", 0)), f"call #{i}")
         if "kernel" in c:
             need(isinstance(c["kernel"], str) and isinstance(c.get("buffers"), list)
                  and all(is_int(j) and j < len(bufs) for j in c["buffers"]), f"call #{i}: kernel buffers")
+            # The kernels check nothing of what they are passed (llvm_pipeline): each call's buffers must be
+            # what its kernel takes, parameter by parameter, or it would read and write out of bounds.
+            sig = sigs.get(c["kernel"])
+            need(sig is not None, f"call #{i}: kernel {c['kernel']!r}, which the plan's signatures do not list")
+            need(len(sig) == len(c["buffers"]),
+                 f"call #{i}: {len(c['buffers'])} buffers for kernel {c['kernel']!r}, which takes {len(sig)}")
+            for j, (shape, dtype) in zip(c["buffers"], sig):
+                need(bufs[j]["shape"] == shape and bufs[j]["dtype"] == dtype,
+                     f"call #{i}: buffer #{j} is {bufs[j]['dtype']}{bufs[j]['shape']}, where kernel {c['kernel']!r} "
+                     f"takes {dtype}{shape}")
         elif "copy" in c:
             cp = c["copy"]
             need(isinstance(cp, list) and len(cp) == 2 and all(is_int(j) and j < len(bufs) for j in cp)

@@ -11,7 +11,7 @@ from compiler.codegen.lower import Kernel, kernels_of, lower_kernel
 from compiler.codegen.runtime import CompiledModel
 from compiler.codegen.target import make_target, num_cores
 from compiler.diagnostics import GCError
-from compiler.ir import Module, Value
+from compiler.ir import DType, Module, Value
 from compiler.memory import is_planned, peak_bytes, plan_stats
 from compiler.stats import op_flops
 from dialects.exec import Copy, Launch, Signal, Wait
@@ -96,6 +96,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     else:
         lib = tvm.compile(scheduled, target=tgt)
     plan, consts = _plan(module, entry, kernels)
+    plan["signatures"] = {name: signature(prim) for name, prim in funcs.items()}
     if file_order_bound is not None:
         plan["memory"]["file_order_lower_bound_bytes"] = file_order_bound
     plan["unaligned_inputs"] = bool(funcs) and all(_attr(p, "gc.unaligned") for p in funcs.values())
@@ -105,6 +106,12 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     model.scheduled = scheduled
     model.planned = module
     return model
+
+
+def signature(prim) -> list[list]:
+    """[shape, dtype] of each parameter of a scheduled PrimFunc, as the plan's buffers write them: what the
+    loader checks every call against, once (CPU kernels carry no checks of their own: llvm_pipeline)."""
+    return [[[int(d) for d in p.shape], next(str(d) for d in DType if d.tvm == str(p.dtype))] for p in prim.params]
 
 
 def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict[str, np.ndarray]]:

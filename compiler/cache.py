@@ -72,7 +72,7 @@ def key(text: str, params: dict[str, np.ndarray] | None, options: dict) -> str:
 
 
 def machine(target: str, arch: str | None) -> dict:
-    """What the code is built for. For llvm: GC_CPU's CPU, or this one's name and every feature cpuid
+    """What the code is built for. For llvm: GC_CPU's CPU if set, this one's name and every feature cpuid
     reports (llvmlite: without loading TVM, which a cache hit does not need), and the cores."""
     from compiler.codegen.target import host_features, make_target, num_cores
 
@@ -80,10 +80,12 @@ def machine(target: str, arch: str | None) -> dict:
         try:
             import llvmlite.binding as llvm
 
-            name = os.environ.get("GC_CPU") or str(llvm.get_host_cpu_name())
+            host = str(llvm.get_host_cpu_name())
         except Exception:  # noqa: BLE001 (no llvmlite, or an LLVM without the query)
             return make_target(target, arch)
-        return {"kind": "llvm", "cpu": name, "features": sorted(host_features().items()), "cores": num_cores()}
+        # GC_CPU apart from the host's name: built for the host, the features it hides are turned off.
+        return {"kind": "llvm", "gc_cpu": os.environ.get("GC_CPU", ""), "host": host,
+                "features": sorted(host_features().items()), "cores": num_cores()}
     return make_target(target, arch)
 
 

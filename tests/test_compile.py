@@ -258,3 +258,28 @@ def test_a_library_built_in_parts_on_every_core_runs_saves_and_prints(monkeypatc
 
     asm = _emit(model, "asm")
     assert all(s in asm for s in {c["kernel"] for c in model.plan["calls"] if "kernel" in c})
+
+
+KERNEL_RESULTS = """
+func @k(%a: tensor<16xf32>) -> (tensor<16xf32>, tensor<16xf32>) attributes {kernel = true} {
+  %r = graph.relu(%a) : tensor<16xf32>
+  %n = graph.neg(%a) : tensor<16xf32>
+  %e = graph.exp(%a) : tensor<16xf32>
+  return %r, %n
+}
+func @main(%x: tensor<16xf32>) -> (tensor<16xf32>, tensor<16xf32>) {
+  %y, %z = graph.call(%x) {callee = @k} : (tensor<16xf32>, tensor<16xf32>)
+  return %y, %z
+}
+"""
+
+
+def test_a_kernel_function_returns_what_it_returns_not_its_last_op(tmp_path: Path) -> None:
+    """A hand-written kernel whose results are neither its last op's nor one result: each result is the
+    value `return` names (two results, the last op dead), in this process and after save and load."""
+    x = np.linspace(-1, 1, 16).astype(np.float32)
+    model = compiler.compile(KERNEL_RESULTS, "llvm", pipeline="", cache=False)
+    for m in (model, (model.save(tmp_path / "k.gcpkg"), compiler.load(tmp_path / "k.gcpkg"))[1]):
+        relu, neg = m(x)
+        np.testing.assert_array_equal(relu, np.maximum(x, 0))
+        np.testing.assert_array_equal(neg, -x)

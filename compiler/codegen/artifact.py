@@ -30,6 +30,7 @@ import numpy as np
 from compiler.diagnostics import GCError
 from compiler.ir import DType
 from compiler.parser import MAX_RANK
+from dialects.mem import padded_strides
 
 FORMAT = "gcpkg-3"  # 3: plan.json carries each kernel's signature, checked at load
 MEMBERS = ("plan.json", "lib.so", "consts.npz")  # and source.gir, optionally
@@ -143,6 +144,18 @@ def read_plan(path: str | Path) -> dict:
     r = _Reader(path)
     with r.zip:
         return r.plan()
+
+
+def read_whole(path: str | Path) -> dict:
+    """The checked plan, after reading every member and checking its hash (what `load` checks before it
+    loads the library: a copy of a file that passes is a whole artifact)."""
+    r = _Reader(path)
+    with r.zip:
+        plan = r.plan()
+        for name in r.hashes:
+            if name != "plan.json":
+                r.read(name)
+        return plan
 
 
 def load(path: str | Path):
@@ -286,8 +299,9 @@ def check_plan(plan, error) -> None:
     sigs = plan.get("signatures")
     need(isinstance(sigs, dict), "'signatures' missing or not an object")
     for name, sig in sigs.items():
-        need(isinstance(sig, list) and all(isinstance(p, list) and len(p) == 2 and shape_ok(p[0]) and dtype_ok(p[1])
-                                           for p in sig), f"signature of kernel {name!r}")
+        need(isinstance(sig, list) and all(isinstance(p, list) and len(p) == 3 and shape_ok(p[0]) and dtype_ok(p[1])
+                                           and (p[2] is None or shape_ok(p[2])) for p in sig),
+             f"signature of kernel {name!r}")
     for i, c in enumerate(plan["calls"]):
         need(isinstance(c, dict) and is_int(c.get("stream", 0)), f"call #{i}")
         if "kernel" in c:
@@ -299,10 +313,16 @@ def check_plan(plan, error) -> None:
             need(sig is not None, f"call #{i}: kernel {c['kernel']!r}, which the plan's signatures do not list")
             need(len(sig) == len(c["buffers"]),
                  f"call #{i}: {len(c['buffers'])} buffers for kernel {c['kernel']!r}, which takes {len(sig)}")
-            for j, (shape, dtype) in zip(c["buffers"], sig):
+            for j, (shape, dtype, strides) in zip(c["buffers"], sig):
                 need(bufs[j]["shape"] == shape and bufs[j]["dtype"] == dtype,
                      f"call #{i}: buffer #{j} is {bufs[j]['dtype']}{bufs[j]['shape']}, where kernel {c['kernel']!r} "
                      f"takes {dtype}{shape}")
+                # A strided parameter is a bordered buffer's interior, of exactly those strides; a compact
+                # one never is (the kernel would step past the interior's rows).
+                bordered = bufs[j]["kind"] == "bordered"
+                need(bordered == (strides is not None) and (
+                    not bordered or list(padded_strides(tuple(shape), bufs[j]["pads"])) == strides),
+                     f"call #{i}: buffer #{j} ({bufs[j]['kind']}) is not laid out as kernel {c['kernel']!r} reads it")
         elif "copy" in c:
             cp = c["copy"]
             need(isinstance(cp, list) and len(cp) == 2 and all(is_int(j) and j < len(bufs) for j in cp)

@@ -97,6 +97,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
         lib = tvm.compile(scheduled, target=tgt)
     plan, consts = _plan(module, entry, kernels)
     plan["signatures"] = {name: signature(prim) for name, prim in funcs.items()}
+    _check(plan, tgt)
     if file_order_bound is not None:
         plan["memory"]["file_order_lower_bound_bytes"] = file_order_bound
     plan["unaligned_inputs"] = bool(funcs) and all(_attr(p, "gc.unaligned") for p in funcs.values())
@@ -108,10 +109,27 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     return model
 
 
+def _check(plan: dict, target: dict) -> None:
+    """The plan as the loader checks it (every call's buffers what its kernel takes, ...): a model compiled
+    in this process runs its kernels unchecked too, so a planning bug is an error here, not bad memory."""
+    from compiler.codegen.artifact import check_plan
+    from compiler.codegen.target import target_features
+
+    head = {"target": target, **({"cpu_features": target_features(target)} if target["kind"] == "llvm" else {})}
+
+    def error(message: str) -> GCError:
+        return GCError(f"internal error: the plan gc made does not check: {message}; please report it with the "
+                       "input file")
+
+    check_plan({**head, **plan}, error)
+
+
 def signature(prim) -> list[list]:
-    """[shape, dtype] of each parameter of a scheduled PrimFunc, as the plan's buffers write them: what the
-    loader checks every call against, once (CPU kernels carry no checks of their own: llvm_pipeline)."""
-    return [[[int(d) for d in p.shape], next(str(d) for d in DType if d.tvm == str(p.dtype))] for p in prim.params]
+    """[shape, dtype, strides or None] of each parameter of a scheduled PrimFunc, as the plan's buffers write
+    them: what the loader checks every call against, once (CPU kernels carry no checks of their own:
+    llvm_pipeline). Strides are those of a bordered buffer's interior, in elements."""
+    return [[[int(d) for d in p.shape], next(str(d) for d in DType if d.tvm == str(p.dtype)),
+             [int(s) for s in p.strides] or None] for p in prim.params]
 
 
 def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict[str, np.ndarray]]:

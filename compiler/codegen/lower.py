@@ -23,6 +23,9 @@ class Kernel:
     outputs: list[Value]
     # Values of the ops above, by the entry function's value they stand for (callee args -> call operands).
     params: list[Value] = field(default_factory=list)
+    # The kernel function a call runs (its results are the kernel's, whatever op computes them last);
+    # None for a single op compiled as a kernel of its own.
+    callee: Func | None = None
     prim_func: object = None
     kind: str = "opaque"  # the anchor's fusion kind: decides the schedule rule
     # The zero border (mem.alloc pads) around each input's and output's storage, or None (compact).
@@ -58,6 +61,7 @@ def kernels_of(module: Module, entry: str) -> list[Kernel]:
             inputs = op.inputs if op.name == "exec.launch" else list(op.operands)
             k = Kernel(_unique(callee.name, names), list(callee.ops), list(inputs), list(op.results))
             k.params = list(callee.args)
+            k.callee = callee
             if op.name == "exec.launch":
                 for d, r in zip(op.destinations, op.results):
                     if d.owner is not None and d.owner.name == "mem.alloc" and d.owner.pads:
@@ -164,8 +168,7 @@ def declare_strides(prim, strides: dict[int, tuple[int, ...]]):
 
 
 def _kernel_results(k: Kernel, func: Func | None) -> list[Value]:
-    callee = getattr(k, "callee", None)
-    return list(callee.results) if callee is not None else list(k.ops[-1].results)
+    return list(k.callee.results) if k.callee is not None else list(k.ops[-1].results)
 
 
 def _materialize(t, i: int, inputs: list):

@@ -180,7 +180,10 @@ class CompiledModel:
             if not isinstance(o, np.ndarray) or o.shape != shape or o.dtype != dtype or not o.flags.writeable:
                 got = f"{o.dtype}{list(o.shape)}" if isinstance(o, np.ndarray) else type(o).__name__
                 raise GCError(f"output {i} must be a writeable {dtype}{list(shape)} NumPy array, got {got}")
-            ok = (self.target["kind"] != "cuda" and o.flags.c_contiguous and dtype != _BF16 and o.size > 0
+            # Only into a compact result (never a bordered buffer's strided interior, which no plan gc makes
+            # returns, but a plan is checked, not trusted).
+            compact = self.plan["buffers"][self._results[i]]["kind"] in ("temp", "view")
+            ok = (compact and self.target["kind"] != "cuda" and o.flags.c_contiguous and dtype != _BF16 and o.size > 0
                   and (self._unaligned_ok or o.__array_interface__["data"][0] % ALIGN == 0)
                   and sum(1 for r in self._results if r == self._results[i]) == 1)
             if ok:

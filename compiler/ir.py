@@ -281,7 +281,9 @@ def format_dense(d: Dense) -> str:
     flat = arr.reshape(-1)
     if flat.size == 0:
         return f"dense<{elem(np.zeros((), dt.np)[()])}> : {d.type}"
-    if flat.size > 0 and (flat == flat[0]).all() or (flat.size > 1 and dt.is_float and np.isnan(flat).all()):
+    # A splat only where every element prints the same: -0.0 next to 0.0 compare equal but are not.
+    same = (flat == flat[0]) & (np.signbit(flat) == np.signbit(flat[0])) if dt.is_float else flat == flat[0]
+    if flat.size > 0 and same.all() or (flat.size > 1 and dt.is_float and np.isnan(flat).all()):
         body = elem(flat[0])
     else:
         body = _nested(arr, elem)

@@ -86,7 +86,10 @@ def machine(target: str, arch: str | None) -> dict:
         # GC_CPU apart from the host's name: built for the host, the features it hides are turned off.
         return {"kind": "llvm", "gc_cpu": os.environ.get("GC_CPU", ""), "host": host,
                 "features": sorted(host_features().items()), "cores": num_cores()}
-    return make_target(target, arch)
+    import tvm
+
+    # Beside a driver the build holds GPU code; without one CUDA C only (which is never cached anyway).
+    return {**make_target(target, arch), "driver": bool(tvm.runtime.enabled("cuda"))}
 
 
 @cache
@@ -125,15 +128,18 @@ def lookup(k: str):
 
 
 def lookup_file(k: str) -> Path | None:
-    """The cached artifact's path under key `k` if it is whole (the CLI copies the file as it is)."""
-    from compiler.codegen.artifact import read_plan
+    """The cached artifact's path under key `k` if it is whole and usable (the CLI copies the file as it
+    is): every member's hash, the plan's structure, a GPU binary for cuda. An entry that fails is removed."""
+    from compiler.codegen.artifact import read_whole
 
     p = path_of(k)
     if not p.is_file():
         return None
     try:
-        read_plan(p)  # the manifest, every member's hash, the plan's structure
+        usable = not read_whole(p).get("cuda_source_only")
     except GCError:
+        usable = False
+    if not usable:
         p.unlink(missing_ok=True)
         return None
     _touch(p)
@@ -158,6 +164,14 @@ def store(k: str, model) -> None:
 
 
 def store_file(k: str, artifact: Path) -> None:
+    """Keep the artifact the CLI wrote under key `k` (not one of CUDA C only: see `store`)."""
+    from compiler.codegen.artifact import read_plan
+
+    try:
+        if read_plan(artifact).get("cuda_source_only"):
+            return
+    except GCError:
+        return
     p = path_of(k)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)

@@ -142,3 +142,22 @@ def test_gc_compile_copies_a_cached_artifact(cache_dir: Path, tmp_path: Path) ->
     np.testing.assert_array_equal(y1, y0)
     np.testing.assert_array_equal(y2, y0)
     assert len(entries(cache_dir)) == 1
+
+
+def test_gc_compile_never_copies_a_damaged_entry(cache_dir: Path, tmp_path: Path) -> None:
+    """A byte changed inside the weights of the cached file: every member's hash is checked before the copy,
+    so the model is compiled again and what gc compile writes loads."""
+    data, params = weights(MLP)
+    np.savez(tmp_path / "w.npz", **params)
+    out = tmp_path / "m.gcpkg"
+    args = ("compile", str(MLP), "--params", str(tmp_path / "w.npz"), "-o", str(out))
+    assert gc(*args).returncode == 0
+    (entry,) = entries(cache_dir)
+    raw = bytearray(entry.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF  # the middle of the file: the weights, the largest member
+    entry.write_bytes(bytes(raw))
+    r = gc(*args)
+    assert r.returncode == 0 and "from the compile cache" not in r.stderr
+    want = compiler.compile(MLP, params=params, cache=False)(**data)[0]
+    np.testing.assert_array_equal(compiler.load(out)(**data)[0], want)
+    assert "from the compile cache" in gc(*args).stderr  # the entry written whole again

@@ -13,7 +13,7 @@ package: a compile answered from the cache, or reading an artifact's plan, never
 from __future__ import annotations
 
 import importlib.abc
-import importlib.util
+import importlib.machinery
 import os
 import sys
 
@@ -23,23 +23,27 @@ os.environ.setdefault("TVM_NUM_THREADS", str(num_cores()))
 
 
 class _TorchHiddenFromTVM(importlib.abc.MetaPathFinder):
-    """The first `import tvm` runs with `import torch` failing (see above); then this finder removes itself."""
+    """`import tvm` or `import tvm_ffi` (the one that imports torch), whichever comes first, runs with
+    `import torch` failing, unless torch is imported already (see above). While it runs (about 0.6 s, at the
+    first compile or load) another thread's first `import torch` fails too, as it did when this package
+    imported TVM itself."""
 
     def find_spec(self, name, path=None, target=None):
-        if name != "tvm":
+        if name not in ("tvm", "tvm_ffi") or "torch" in sys.modules:
             return None
-        sys.meta_path.remove(self)
-        spec = importlib.util.find_spec("tvm")
-        if spec is None or spec.loader is None or "torch" in sys.modules:
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        if spec is None or spec.loader is None:
             return spec
         run = spec.loader.exec_module
 
         def exec_module(module) -> None:
-            sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises ImportError meanwhile
+            hide = "torch" not in sys.modules
+            if hide:
+                sys.modules["torch"] = None  # type: ignore[assignment]  # `import torch` raises ImportError
             try:
                 run(module)
             finally:
-                if sys.modules.get("torch", 0) is None:
+                if hide and sys.modules.get("torch", 0) is None:
                     del sys.modules["torch"]
 
         spec.loader.exec_module = exec_module

@@ -346,6 +346,6 @@ def _alive_at(b: Block, steps: list[int]) -> bool:
 def op_flops(module: Module, op: Op) -> int:
     """FLOPs of one op as `gc stats` counts them: its own `flops()`, a callee's ops, else one per element."""
     if op.called() is not None and op.called().name in module:
-        return sum(op_flops(module, o) for o in module[op.callee.name].ops)
+        return sum(op_flops(module, o) for o in module[op.called().name].ops)
     flops = getattr(op, "flops", None)
     return int(flops()) if flops is not None else sum(r.type.size for r in op.results)

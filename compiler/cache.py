@@ -40,9 +40,11 @@ def folder() -> Path:
     return Path(base) / "gc" / "compiled"
 
 
-def key(text: str, params: dict[str, np.ndarray] | None, options: dict) -> str:
+def key(text: str, params: dict[str, np.ndarray] | None, options: dict, params_file: str | None = None) -> str:
     """The entry's name: a hash of everything the compiled artifact depends on. `options`: the driver's
-    Options as a dict (target, entry, pipeline, arch, concurrent)."""
+    Options as a dict (target, entry, pipeline, arch, concurrent). The weights are `params`, or the
+    digest of the .npz file they come from (`file_digest`: gc compile --params, which then need not read
+    them on a hit; the same weights by the two routes are two entries)."""
     from importlib.metadata import PackageNotFoundError, version
 
     from compiler.codegen.artifact import FORMAT
@@ -64,6 +66,8 @@ def key(text: str, params: dict[str, np.ndarray] | None, options: dict) -> str:
     for part in (FORMAT, tvm_version, code_fingerprint(), repr(sorted(target.items())),
                  repr(sorted(options.items())), text):
         put(part)
+    if params_file is not None:
+        put(f"npz:{params_file}")
     for name in sorted(params or {}):
         a = np.ascontiguousarray(params[name])
         put(f"{name}:{a.dtype.str}:{a.shape}")
@@ -107,6 +111,18 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
+def file_digest(path: str) -> str | None:
+    """SHA-256 of a file's bytes, or None where it cannot be read (the caller's own reading says why)."""
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 24):
+                h.update(chunk)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
 def path_of(k: str) -> Path:
     return folder() / f"{k}.gcpkg"
 
@@ -136,7 +152,8 @@ def lookup_file(k: str) -> Path | None:
     if not p.is_file():
         return None
     try:
-        usable = not read_whole(p).get("cuda_source_only")
+        # Every member's CRC-32 (damage); the SHA-256s are the loader's, when the copy is loaded.
+        usable = not read_whole(p, sha256=False).get("cuda_source_only")
     except GCError:
         usable = False
     if not usable:

@@ -667,8 +667,8 @@ def cmd_compile(args) -> int:
             check_writable(args.stats)
     options = driver.Options(target=args.target, entry=args.entry, pipeline=args.pipeline, arch=args.arch,
                              concurrent=args.concurrent)
-    params = load_npz(args.params) if args.params else None
     if args.emit in ("gir", "plan"):
+        params = load_npz(args.params) if args.params else None
         module, _ = driver.frontend(text, name, options, params)
         driver.optimize(module, options)
         if args.emit == "plan":
@@ -678,10 +678,15 @@ def cmd_compile(args) -> int:
         sys.stdout.write(print_module(module))
         return 0
     if args.emit:  # the build's own products (TIR, LLVM IR, CUDA C), which a cached artifact does not keep
+        params = load_npz(args.params) if args.params else None
         sys.stdout.write(_emit(driver.compile(text, options, params=params, name=name, use_cache=False), args.emit))
         return 0
     use_cache = cache.enabled() and not args.no_cache
-    k = cache.key(text, params, asdict(options)) if use_cache else None
+    # The weights file's digest, not its arrays, keys the entry: a hit never reads them. (A file that cannot
+    # be read: no key; load_npz below says why.)
+    digest = cache.file_digest(args.params) if use_cache and args.params else None
+    k = cache.key(text, None, asdict(options), params_file=digest) if use_cache and (digest or not args.params) \
+        else None
     hit = cache.lookup_file(k) if k else None
     if hit is not None:
         with open(hit, "rb") as src:
@@ -690,6 +695,7 @@ def cmd_compile(args) -> int:
         kernels = [c["kernel"] for c in plan["calls"] if "kernel" in c]
         num_kernels, memory = len(kernels), plan["memory"]
     else:
+        params = load_npz(args.params) if args.params else None
         model = driver.compile(text, options, params=params, name=name, use_cache=False)
         model.save(out)
         if k:

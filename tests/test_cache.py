@@ -161,3 +161,10 @@ def test_gc_compile_never_copies_a_damaged_entry(cache_dir: Path, tmp_path: Path
     want = compiler.compile(MLP, params=params, cache=False)(**data)[0]
     np.testing.assert_array_equal(compiler.load(out)(**data)[0], want)
     assert "from the compile cache" in gc(*args).stderr  # the entry written whole again
+
+
+def test_gc_compile_with_the_cache_still_says_what_is_wrong_with_params(cache_dir: Path, tmp_path: Path) -> None:
+    """The CLI keys weights by their file's digest: a missing file is still load_npz's one diagnostic."""
+    r = gc("compile", str(MLP), "--params", str(tmp_path / "none.npz"), "-o", str(tmp_path / "m.gcpkg"))
+    assert r.returncode == 1 and "Traceback" not in r.stderr and r.stderr.count("error:") == 1
+    assert "none.npz" in r.stderr and entries(cache_dir) == []

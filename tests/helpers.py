@@ -34,7 +34,6 @@ def run_op(name: str, *arrays: np.ndarray, **attrs) -> np.ndarray | tuple[np.nda
 def infer_error(name: str, *types: str, **attrs) -> str:
     """The diagnostic message for an op applied to operands of the given types (e.g. "tensor<2x3xf32>")."""
     from compiler.diagnostics import GCError
-
     from compiler.ir import format_attr
 
     args = ", ".join(f"%a{i}: {t}" for i, t in enumerate(types))
@@ -71,3 +70,23 @@ def gc_here(capsys, *args) -> tuple[int, str, str]:
     rc = main([str(a) for a in args])
     out, err = capsys.readouterr()
     return rc, out, err
+
+
+def assert_outputs(got, want, *, rtol: float = 0.0, atol: float = 0.0, bits: bool = False, err_msg: str = "") -> None:
+    """What one computation gave against what another did: as many results, each of the same dtype and
+    shape, and equal: bit for bit with `bits` (NaN payloads and signed zeros too), else NaN where NaN and
+    the rest within rtol/atol (exactly by default; floats compared through f64, which bf16 needs)."""
+    assert len(got) == len(want), f"{len(got)} results, expected {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        g, w = np.asarray(g), np.asarray(w)
+        assert (g.dtype, g.shape) == (w.dtype, w.shape), (
+            f"result {i}: {g.dtype}{list(g.shape)}, expected {w.dtype}{list(w.shape)}")
+        if bits:
+            assert g.tobytes() == w.tobytes(), f"result {i} differs: {g} != {w} {err_msg}"
+            continue
+        if g.dtype.kind == "f" or g.dtype.name == "bfloat16":
+            g, w = g.astype(np.float64), w.astype(np.float64)
+        if rtol or atol:
+            np.testing.assert_allclose(g, w, rtol=rtol, atol=atol, err_msg=f"result {i} {err_msg}")
+        else:
+            np.testing.assert_array_equal(g, w, err_msg=f"result {i} {err_msg}")

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import assert_outputs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from strategies import modules
@@ -20,8 +21,7 @@ from compiler.diagnostics import GCError
 from compiler.inputs import random_inputs
 from compiler.interpreter import run
 from compiler.ir import Func, Module
-from compiler.memory import (SKEW, Block, check_plan, lower_bound, peak_bytes, place, plan_stats,
-                             writes_in_place_over)
+from compiler.memory import SKEW, Block, check_plan, lower_bound, peak_bytes, place, plan_stats, writes_in_place_over
 from compiler.parser import parse, parse_file
 from compiler.passes.schedule import choose_order
 from compiler.pipeline import run_pipeline
@@ -42,10 +42,7 @@ def planned(module: Module, pipeline: str) -> Module:
 
 
 def same_outputs(a: list[np.ndarray], b: list[np.ndarray]) -> None:
-    assert len(a) == len(b)
-    for x, y in zip(a, b):
-        assert x.dtype == y.dtype and x.shape == y.shape
-        np.testing.assert_array_equal(x, y)
+    assert_outputs(b, a)
 
 
 def close(a: np.ndarray, b: np.ndarray) -> None:

@@ -6,6 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import assert_outputs
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -60,13 +61,7 @@ def assert_same_outputs(before: Module, after: Module, name: str, thorough: bool
         with np.errstate(all="ignore"):
             want = run(before, inputs, name)
             got = run(after, inputs, name)
-        assert len(want) == len(got)
-        for w, g in zip(want, got):
-            assert (w.shape, w.dtype) == (g.shape, g.dtype)
-            if w.dtype.kind in "biu":
-                np.testing.assert_array_equal(g, w, err_msg=f"inputs {inputs}")
-            else:  # through f64, as NumPy's nan handling does not know bf16
-                np.testing.assert_array_equal(g.astype(np.float64), w.astype(np.float64), err_msg=f"inputs {inputs}")
+        assert_outputs(got, want, err_msg=f"inputs {inputs}")
 
 
 def module_of(text: str) -> Module:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import assert_outputs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -76,10 +77,7 @@ def assert_same_outputs(before: Module, after: Module, entry: str = "main") -> N
         want = run(before, inputs, entry)
         for m in (after, parse(str(after), "<after>")):
             got = run(m, {k: v for k, v in inputs.items() if k in kept}, entry)
-            assert len(got) == len(want)
-            for g, w in zip(got, want):
-                assert g.dtype == w.dtype and g.shape == w.shape
-                np.testing.assert_array_equal(g, w)  # NaN matches NaN; bit-exact otherwise
+            assert_outputs(got, want)  # NaN matches NaN; exact otherwise
 
 
 def run_pass(module: Module, pipeline: str):

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-
 import pytest
 from hypothesis import given, settings
+from test_pass_cse import assert_same_outputs, random_module, run_pass
 
 from compiler.ir import Module
 from compiler.parser import parse
-from test_pass_cse import assert_same_outputs, random_module, run_pass
 
 
 def dce(text: str, pipeline: str = "dce") -> tuple[Module, dict]:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import assert_outputs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -17,8 +18,8 @@ from compiler.ir import Module
 from compiler.parser import parse, parse_file
 
 ROOT_EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
-from compiler.pipeline import run_pipeline
 from compiler.passes.fold_batch_norm import FoldBatchNorm
+from compiler.pipeline import run_pipeline
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -41,9 +42,7 @@ def op_names(module: Module, entry: str = "main") -> list[str]:
 
 def assert_same_outputs(before: Module, after: Module, inputs: dict[str, np.ndarray], tol: float = 1e-5) -> None:
     names = {a.name for a in after["main"].args}
-    for want, got in zip(run(before, inputs), run(after, {k: v for k, v in inputs.items() if k in names})):
-        assert want.shape == got.shape and want.dtype == got.dtype
-        np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
+    assert_outputs(run(after, {k: v for k, v in inputs.items() if k in names}), run(before, inputs), rtol=tol, atol=tol)
 
 
 CONV_NET = """func @main(%x: tensor<2x4x9x9xf32>, %w: tensor<6x{cg}x3x3xf32>, %cb: tensor<6xf32>, %g: tensor<6xf32>,

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import assert_outputs
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -50,11 +51,8 @@ def inputs(module: Module) -> dict[str, np.ndarray]:
 
 
 def assert_same(before: list[np.ndarray], after: list[np.ndarray]) -> None:
-    assert len(before) == len(after)
-    for a, b in zip(before, after):
-        # The same reference ops run in the same order, so bit for bit (NaNs included, bf16 too).
-        assert a.dtype == b.dtype and a.shape == b.shape
-        assert a.tobytes() == b.tobytes(), f"{a} != {b}"
+    # The same reference ops run in the same order, so bit for bit (NaNs included, bf16 too).
+    assert_outputs(after, before, bits=True)
 
 
 def assert_kernel_rules(module: Module, max_ops: int = 16) -> None:

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-import shutil
 from functools import cache
 from pathlib import Path
 
@@ -143,9 +142,10 @@ def lookup(k: str):
     return model
 
 
-def lookup_file(k: str) -> Path | None:
-    """The cached artifact's path under key `k` if it is whole and usable (the CLI copies the file as it
-    is): every member's hash, the plan's structure, a GPU binary for cuda. An entry that fails is removed."""
+def lookup_file(k: str) -> tuple[Path, dict] | None:
+    """The cached artifact under key `k` and its checked plan, if it is whole and usable (the CLI copies the
+    file as it is): every member read, the plan's structure, a GPU binary for cuda. An entry that fails is
+    removed."""
     from compiler.codegen.artifact import read_whole
 
     p = path_of(k)
@@ -153,49 +153,46 @@ def lookup_file(k: str) -> Path | None:
         return None
     try:
         # Every member's CRC-32 (damage); the SHA-256s are the loader's, when the copy is loaded.
-        usable = not read_whole(p, sha256=False).get("cuda_source_only")
+        plan = read_whole(p, sha256=False)
     except GCError:
-        usable = False
-    if not usable:
+        plan = None
+    if plan is None or plan.get("cuda_source_only"):
         p.unlink(missing_ok=True)
         return None
     _touch(p)
-    return p
+    return p, plan
 
 
 def store(k: str, model) -> None:
     """Keep `model` under key `k`; a cache that cannot be written (a read-only home) is skipped quietly:
     it only saves time."""
-    if model.target["kind"] == "cuda":
-        import tvm
+    if not _source_only(model):
+        _put(k, model.save)
 
-        if not tvm.runtime.enabled("cuda"):
-            return  # built without a driver: CUDA C only, which no later compile could use
+
+def store_file(k: str, artifact: Path, model) -> None:
+    """Keep `artifact`, the file the CLI saved `model` to, under key `k` (a copy: saving again would export
+    the library again)."""
+    from compiler.files import copy_atomic
+
+    if not _source_only(model):
+        _put(k, lambda p: copy_atomic(artifact, p))
+
+
+def _source_only(model) -> bool:
+    """Built for cuda without a driver: CUDA C only, which no later compile could use."""
+    from compiler.codegen.artifact import plan_head
+
+    return bool(plan_head(model.target).get("cuda_source_only"))
+
+
+def _put(k: str, write) -> None:
+    """write(path) the entry for `k` (atomically), then keep the folder to its size."""
     p = path_of(k)
     try:
         p.parent.mkdir(parents=True, exist_ok=True)
-        model.save(p)
+        write(p)
     except (OSError, GCError):
-        return
-    evict(p)
-
-
-def store_file(k: str, artifact: Path) -> None:
-    """Keep the artifact the CLI wrote under key `k` (not one of CUDA C only: see `store`)."""
-    from compiler.codegen.artifact import read_plan
-
-    try:
-        if read_plan(artifact).get("cuda_source_only"):
-            return
-    except GCError:
-        return
-    p = path_of(k)
-    try:
-        p.parent.mkdir(parents=True, exist_ok=True)
-        tmp = p.with_suffix(f".{os.getpid()}.tmp")
-        shutil.copyfile(artifact, tmp)
-        os.replace(tmp, p)
-    except OSError:
         return
     evict(p)
 

@@ -649,12 +649,11 @@ def _report(args, outs: list, types: list[str]) -> None:
 
 def cmd_compile(args) -> int:
     import json
-    import shutil
     import time
     from dataclasses import asdict
 
     from compiler import cache, driver
-    from compiler.codegen.runtime import CompiledModel
+    from compiler.files import copy_atomic
     from compiler.inputs import load_npz
     from compiler.printer import print_module
 
@@ -689,23 +688,21 @@ def cmd_compile(args) -> int:
         else None
     hit = cache.lookup_file(k) if k else None
     if hit is not None:
-        with open(hit, "rb") as src:
-            write_atomic(out, lambda fh: shutil.copyfileobj(src, fh, 1 << 24))
-        plan = CompiledModel.read_plan(out)
-        kernels = [c["kernel"] for c in plan["calls"] if "kernel" in c]
-        num_kernels, memory = len(kernels), plan["memory"]
+        entry, plan = hit
+        copy_atomic(entry, out)
     else:
         params = load_npz(args.params) if args.params else None
         model = driver.compile(text, options, params=params, name=name, use_cache=False)
         model.save(out)
         if k:
-            cache.store_file(k, Path(out))
-        kernels = [c["kernel"] for c in model.plan["calls"] if "kernel" in c]
-        num_kernels, memory = model.num_kernels, model.plan["memory"]
+            cache.store_file(k, Path(out), model)
+        plan = model.plan
+    kernels = [c["kernel"] for c in plan["calls"] if "kernel" in c]
+    num_kernels = len(kernels)
     seconds = time.perf_counter() - t0
     if args.stats:
-        stats = {**memory, "num_kernels": num_kernels, "compile_seconds": round(seconds, 4), "target": args.target,
-                 "source": name, "kernels": kernels, "from_cache": hit is not None}
+        stats = {**plan["memory"], "num_kernels": num_kernels, "compile_seconds": round(seconds, 4),
+                 "target": args.target, "source": name, "kernels": kernels, "from_cache": hit is not None}
         write_atomic(args.stats, json.dumps(stats, indent=2) + "\n")
     how = ", from the compile cache" if hit is not None else ""
     print(f"gc: wrote {out} ({num_kernels} kernels, {args.target}, {seconds:.2f} s{how})", file=sys.stderr)

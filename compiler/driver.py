@@ -86,11 +86,12 @@ def optimize(module: Module, options: Options) -> None:
     run_pipeline(module, options.passes)
 
 
-def load_source(source) -> tuple[str | Module, str]:
-    """(text or Module, the name diagnostics use) from a Module, a path to a .gir file, or GIR text."""
+def load_source(source: str | Path | Module) -> tuple[str | Module, str]:
+    """(text or Module, the name diagnostics use) from a Module, a Path to a .gir file, or GIR text (the
+    API's compile() has told a path from text already)."""
     if isinstance(source, Module):
         return source, "<module>"
-    if isinstance(source, Path) or (isinstance(source, str) and source.endswith(".gir") and "\n" not in source):
+    if isinstance(source, Path):
         from compiler.parser import read_text
 
         return read_text(str(source)), str(source)

@@ -40,6 +40,14 @@ def write_atomic(path: str | Path, data: str | bytes | Callable[[BinaryIO], None
         raise
 
 
+def copy_atomic(source: str | Path, path: str | Path) -> None:
+    """Copy the file `source` to `path`, atomically (as write_atomic writes)."""
+    import shutil
+
+    with open(source, "rb") as src:
+        write_atomic(path, lambda fh: shutil.copyfileobj(src, fh, 1 << 24))
+
+
 def check_writable(path: str | Path) -> None:
     """That `path` can be written: its folder exists and is writable, and it is not a folder itself."""
     path = Path(path)

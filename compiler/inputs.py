@@ -94,7 +94,6 @@ def random_inputs(f: Func, seed: int, module: Module | None = None) -> dict[str,
 def _uses(f: Func, a: Value, module: Module | None, depth: int = 0) -> list:
     """The (op, operand index) uses of `a`, following graph.call and exec.launch into the callee's argument
     and graph.cast to its result's users (a weight mixed-precision casts to f16 is still a weight)."""
-    from dialects.exec import Launch
     from dialects.graph.elementwise import Cast
 
     out = []
@@ -102,7 +101,7 @@ def _uses(f: Func, a: Value, module: Module | None, depth: int = 0) -> list:
         if op is None or depth >= 8:
             out.append((op, i))
             continue
-        callee = getattr(op, "callee", None) or (op.kernel if isinstance(op, Launch) else None)
+        callee = op.called()
         if module is not None and callee is not None and callee.name in module:
             g = module[callee.name]
             if i < len(g.args):

@@ -11,7 +11,8 @@ is one diagnostic, never a traceback or a crash. The checks catch damage and mis
 a library written to do harm by whoever made the file.
 
 Members: manifest.json (format, gc version, the hash of every other member), plan.json (target, entry,
-signature, buffers, calls, each kernel's parameter signature; see build._plan), lib.so, consts.npz, and source.gir (the GIR it came from).
+signature, buffers, calls, each kernel's parameter signature; see build._plan), lib.so, consts.npz, and
+source.gir (the GIR it came from).
 """
 
 from __future__ import annotations
@@ -38,22 +39,28 @@ OPTIONAL = ("source.gir",)
 JSON_LIMIT = 256 << 20  # a plan beyond this is no plan gc wrote
 
 
-def save(model, path: str | Path) -> None:
-    """Write `model` to `path` atomically (a crash or a full disk leaves an earlier file whole)."""
+def plan_head(target: dict) -> dict:
+    """What plan.json holds beside the build's plan: the target, the CPU features llvm code may use, and
+    whether a cuda library is CUDA C only (built where no driver was)."""
     import tvm
 
-    from compiler import __version__
     from compiler.codegen.target import target_features
+
+    head: dict = {"target": target}
+    if target["kind"] == "llvm":
+        head["cpu_features"] = target_features(target)
+    if target["kind"] == "cuda" and not tvm.runtime.enabled("cuda"):
+        head["cuda_source_only"] = True
+    return head
+
+
+def save(model, path: str | Path) -> None:
+    """Write `model` to `path` atomically (a crash or a full disk leaves an earlier file whole)."""
+    from compiler import __version__
     from compiler.files import check_writable, write_atomic
 
     check_writable(path)
-    head: dict = {"target": model.target}
-    if model.target["kind"] == "llvm":
-        head["cpu_features"] = target_features(model.target)
-    if model.target["kind"] == "cuda" and not tvm.runtime.enabled("cuda"):
-        # Built without a driver, the library holds the kernels' CUDA C only, not a GPU binary.
-        head["cuda_source_only"] = True
-    members: dict[str, bytes] = {"plan.json": json.dumps({**head, **model.plan}, indent=1).encode()}
+    members: dict[str, bytes] = {"plan.json": json.dumps({**plan_head(model.target), **model.plan}, indent=1).encode()}
     lib_bytes = model.lib_bytes
     if lib_bytes is None:  # compiled in this process; a loaded model keeps the library it came with
         with tempfile.TemporaryDirectory() as d:
@@ -309,8 +316,8 @@ def check_plan(plan, error) -> None:
     sigs = plan.get("signatures")
     need(isinstance(sigs, dict), "'signatures' missing or not an object")
     for name, sig in sigs.items():
-        need(isinstance(sig, list) and all(isinstance(p, list) and len(p) == 3 and shape_ok(p[0]) and dtype_ok(p[1])
-                                           and (p[2] is None or shape_ok(p[2])) for p in sig),
+        need(isinstance(sig, list) and all(isinstance(p, list) and len(p) == 3 and shape_ok(p[0])
+                                           and dtype_ok(p[1]) and (p[2] is None or shape_ok(p[2])) for p in sig),
              f"signature of kernel {name!r}")
     for i, c in enumerate(plan["calls"]):
         need(isinstance(c, dict) and is_int(c.get("stream", 0)), f"call #{i}")
@@ -332,7 +339,8 @@ def check_plan(plan, error) -> None:
                 bordered = bufs[j]["kind"] == "bordered"
                 need(bordered == (strides is not None) and (
                     not bordered or list(padded_strides(tuple(shape), bufs[j]["pads"])) == strides),
-                     f"call #{i}: buffer #{j} ({bufs[j]['kind']}) is not laid out as kernel {c['kernel']!r} reads it")
+                     f"call #{i}: buffer #{j} ({bufs[j]['kind']}) is not laid out as kernel {c['kernel']!r} "
+                     "reads it")
         elif "copy" in c:
             cp = c["copy"]
             need(isinstance(cp, list) and len(cp) == 2 and all(is_int(j) and j < len(bufs) for j in cp)

@@ -112,16 +112,13 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
 def _check(plan: dict, target: dict) -> None:
     """The plan as the loader checks it (every call's buffers what its kernel takes, ...): a model compiled
     in this process runs its kernels unchecked too, so a planning bug is an error here, not bad memory."""
-    from compiler.codegen.artifact import check_plan
-    from compiler.codegen.target import target_features
-
-    head = {"target": target, **({"cpu_features": target_features(target)} if target["kind"] == "llvm" else {})}
+    from compiler.codegen.artifact import check_plan, plan_head
 
     def error(message: str) -> GCError:
         return GCError(f"internal error: the plan gc made does not check: {message}; please report it with the "
                        "input file")
 
-    check_plan({**head, **plan}, error)
+    check_plan({**plan_head(target), **plan}, error)
 
 
 def signature(prim) -> list[list]:

@@ -87,7 +87,8 @@ def machine(target: str, arch: str | None) -> dict:
         except Exception:  # noqa: BLE001 (no llvmlite, or an LLVM without the query)
             return make_target(target, arch)
         # GC_CPU apart from the host's name: built for the host, the features it hides are turned off.
-        return {"kind": "llvm", "gc_cpu": os.environ.get("GC_CPU", ""), "host": host,
+        return {"kind": "llvm", "gc_cpu": os.environ.get("GC_CPU", ""), "layout": os.environ.get("GC_LAYOUT", ""),
+                "host": host,
                 "features": sorted(host_features().items()), "cores": num_cores()}
     import tvm
 

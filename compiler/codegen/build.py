@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from compiler.codegen import layout
 from compiler.codegen.lower import Kernel, kernels_of, lower_kernel
 from compiler.codegen.runtime import CompiledModel
 from compiler.codegen.target import make_target, num_cores
@@ -15,7 +16,7 @@ from compiler.ir import DType, Module, Value
 from compiler.memory import is_planned, peak_bytes, plan_stats
 from compiler.stats import op_flops
 from dialects.exec import Copy, Launch, Signal, Wait
-from dialects.mem import Alloc, Arena, View
+from dialects.mem import Alloc, Arena, View, padded_shape
 
 ALIGN = {"llvm": 64, "cuda": 256}  # vector loads on the CPU; CUDA's allocation granularity
 
@@ -50,40 +51,39 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     """Plan memory (unless the module is planned already), then lower, schedule and compile the entry
     function's kernels into one library."""
     import tvm
-    import tvm_ffi
 
     from compiler.codegen import llvm_pipeline, schedule_cpu
 
     tgt = make_target(target, arch)
     file_order_bound = plan_module(module, target, entry, concurrent=concurrent)
     kernels = [k for k in kernels_of(module, entry) if any(v.type.size > 0 for v in k.outputs)]
+    prims = {id(k): lower_kernel(k) for k in kernels}
+    sched = _Scheduler(target, tgt, prims)
+    blocked = {}
+    if target == "llvm" and layout.ENABLED:
+        def native(k, proposal):
+            if schedule_cpu.declines_blocked(prims[id(k)], k.kind):
+                return frozenset(), True
+            prim, took, _ = sched(k, proposal)
+            return took, str(prim.attrs["gc.schedule"]) in ("generic", "none")
+
+        blocked = layout.assign(module[entry], kernels, native)
     funcs = {}
-    built: dict[int, list] = {}  # structural hash of a lowered kernel -> [(its PrimFunc, the kernel built)]
     for k in kernels:
-        prim = lower_kernel(k)
-        anon = prim.without_attr("global_symbol")
-        key = tvm_ffi.structural_hash(anon)
-        twin = next((t for p, t in built.get(key, []) if t.kind == k.kind and tvm_ffi.structural_equal(p, anon)), None)
-        if twin is not None:
+        proposal = layout.proposal_of(k, blocked) if blocked else {}
+        prim, _, twin = sched(k, proposal)
+        if twin is not None and twin.symbol:
             # A repeated block (ResNet's bottlenecks, a transformer's layers): the same code on its own
             # weights, built once.
             k.symbol, k.schedule, k.prepack = twin.symbol, twin.schedule, twin.prepack
             continue
-        built.setdefault(key, []).append((anon, k))
         k.symbol = k.name
-        if target == "llvm":
-            # unaligned: kernels take NumPy arrays as malloc aligns them (16 bytes), so calls copy nothing.
-            consts = {f"c{i}" for i in range(len(k.const_ops))}
-            prim = schedule_cpu.schedule(prim, k.kind, constants=consts, unaligned=True)
-            prim = prim.with_attr("global_symbol", k.name)
-            tags = prim.attrs.get("gc.prepack") if prim.attrs is not None else None
-            # Weights the kernel reads in a packed layout are packed here, once, and the artifact carries them.
-            k.prepack = {int(str(n)[1:]): str(t) for n, t in tags.items()} if tags else {}
-        else:
-            from compiler.codegen import schedule_cuda
-
-            prim = schedule_cuda.schedule(prim, k.kind, tgt).with_attr("global_symbol", k.name)
+        prim = prim.with_attr("global_symbol", k.name)
+        tags = prim.attrs.get("gc.prepack") if prim.attrs is not None else None
+        # Weights the kernel reads in a packed layout are packed here, once, and the artifact carries them.
+        k.prepack = {int(str(n)[1:]): str(t) for n, t in tags.items()} if tags else {}
         k.schedule = str(prim.attrs["gc.schedule"]) if prim.attrs and "gc.schedule" in prim.attrs else "none"
+        sched.owner(k, proposal)
         funcs[k.name] = prim
     scheduled = tvm.IRModule(funcs)
     lib_bytes, sources = None, None
@@ -95,7 +95,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
         lib = llvm_pipeline.compile_cpu(scheduled, tgt)  # TVM's lowering, then strided loads as shuffles
     else:
         lib = tvm.compile(scheduled, target=tgt)
-    plan, consts = _plan(module, entry, kernels)
+    plan, consts = _plan(module, entry, kernels, blocked)
     plan["signatures"] = {name: signature(prim) for name, prim in funcs.items()}
     _check(plan, tgt)
     if file_order_bound is not None:
@@ -107,6 +107,54 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     model.scheduled = scheduled
     model.planned = module
     return model
+
+
+class _Scheduler:
+    """Schedules the kernels, each once per layout of its parameters; structurally equal kernels (ResNet's
+    repeated bottlenecks) share one schedule and, in the library, one function (their `owner`'s)."""
+
+    def __init__(self, target: str, tgt, prims: dict[int, object]):
+        self.target, self.tgt, self.prims = target, tgt, prims
+        self.entries: dict[int, list[dict]] = {}
+        self.hashes: dict[int, int] = {}
+
+    def _entry(self, k: Kernel, proposal: dict) -> dict:
+        import tvm_ffi
+
+        anon = self.prims[id(k)].without_attr("global_symbol")
+        if id(k) not in self.hashes:
+            self.hashes[id(k)] = tvm_ffi.structural_hash(anon)
+        key = tuple(sorted(proposal.items()))
+        same = self.entries.setdefault(self.hashes[id(k)], [])
+        for e in same:
+            if e["kind"] == k.kind and e["key"] == key and tvm_ffi.structural_equal(e["anon"], anon):
+                return e
+        same.append({"anon": anon, "kind": k.kind, "key": key, "prim": None, "native": frozenset(), "owner": None})
+        return same[-1]
+
+    def __call__(self, k: Kernel, proposal: dict):
+        """(the scheduled PrimFunc, the parameter positions its rule took blocked natively, the kernel whose
+        library function it is, if one was built)."""
+        e = self._entry(k, proposal)
+        if e["prim"] is None:
+            prim = self.prims[id(k)]
+            if self.target == "llvm":
+                from compiler.codegen import schedule_cpu
+
+                # unaligned: kernels take NumPy arrays as malloc aligns them (16 bytes), so calls copy nothing.
+                consts = {f"c{i}" for i in range(len(k.const_ops))}
+                prim = schedule_cpu.schedule(prim, k.kind, constants=consts, unaligned=True, blocked=proposal)
+                native = prim.attrs.get("gc.native") if prim.attrs is not None else None
+                e["native"] = frozenset(int(i) for i in native) if native is not None else frozenset()
+            else:
+                from compiler.codegen import schedule_cuda
+
+                prim = schedule_cuda.schedule(prim, k.kind, self.tgt)
+            e["prim"] = prim
+        return e["prim"], e["native"], e["owner"]
+
+    def owner(self, k: Kernel, proposal: dict) -> None:
+        self._entry(k, proposal)["owner"] = k
 
 
 def _check(plan: dict, target: dict) -> None:
@@ -129,10 +177,15 @@ def signature(prim) -> list[list]:
              [int(s) for s in p.strides] or None] for p in prim.params]
 
 
-def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict[str, np.ndarray]]:
+def _plan(module: Module, entry: str, kernels: list[Kernel],
+          blocked: dict[Value, int]) -> tuple[dict, dict[str, np.ndarray]]:
     """The planned entry function as data for the runtime: buffers (arguments, constants, the arena and its
-    views, result buffers) and the steps (kernel calls, copies, stream events) in order."""
+    views, result buffers) and the steps (kernel calls, copies, stream events) in order. A buffer holding
+    channel-blocked tensors (`blocked`: value -> block width) has their 5-D shape, and pads."""
     f = module[entry]
+    # Destinations (views, allocations) by the block width of the tensors written into them.
+    stored = {d: blocked[r] for op in f.ops if isinstance(op, Launch)
+              for d, r in zip(op.destinations, op.results) if r in blocked}
     buffers: list[dict] = []
     slot: dict[Value, int] = {}
     whole: dict[Value, int] = {}  # a bordered value -> the slot of its whole padded buffer
@@ -141,7 +194,10 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
 
     def add(v: Value, kind: str, **extra) -> int:
         slot[v] = len(buffers)
-        buffers.append({"kind": kind, "shape": list(v.type.shape), "dtype": str(v.type.dtype), **extra})
+        shape = layout.blocked_shape(v.type.shape, stored[v]) if v in stored else v.type.shape
+        buffers.append({"kind": kind, "shape": list(shape), "dtype": str(v.type.dtype), **extra})
+        if v in stored:
+            buffers[-1]["layout"] = f"NCHW{stored[v]}c"
         return slot[v]
 
     def const(op, tag: str | None = None) -> int:
@@ -170,9 +226,11 @@ def _plan(module: Module, entry: str, kernels: list[Kernel]) -> tuple[dict, dict
             else:
                 add(op.result, "view", arena=slot[op.operands[0]], offset=op.offset)
         elif isinstance(op, Alloc) and op.pads:
-            i = add(op.result, "bordered", pads=list(op.pads))  # the interior: a strided view
+            pads = layout.blocked_pads(op.pads) if op.result in stored else list(op.pads)
+            i = add(op.result, "bordered", pads=pads)  # the interior: a strided view
             whole[op.result] = len(buffers)  # the padded buffer itself, for convs that read it whole
-            buffers.append({"kind": "whole", "of": i, "shape": list(op.padded_shape), "dtype": str(op.result.type.dtype)})
+            buffers.append({"kind": "whole", "of": i, "shape": list(padded_shape(buffers[i]["shape"], pads)),
+                            "dtype": str(op.result.type.dtype)})
         elif isinstance(op, Alloc):
             add(op.result, "temp")
         elif isinstance(op, Launch):

@@ -8,7 +8,7 @@ spatial loops in parallel over all cores, vectorize the innermost spatial loop.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 
 import numpy as np
 from tvm import s_tir, tirx
@@ -16,12 +16,14 @@ from tvm.ir.expr import TensorLoad
 
 from compiler.codegen.cpu_rules import conv2d, depthwise, matmul, pool, reduction, rewrite
 from compiler.codegen.cpu_rules.common import Context, extent
+from compiler.codegen.layout import Blocked
 from compiler.codegen.sblocks import (
     blocks,
     inline_spatial,
     is_select,
     is_spatial,
     leading_spatial_loops,
+    redeclare_params,
     sub_expressions,
     uses,
 )
@@ -31,12 +33,13 @@ VECTOR = 16  # f32 lanes of two AVX2 registers; LLVM splits wider vectors as nee
 RULES = {
     "out-elementwise-fusable": [("matmul", matmul.apply), ("conv2d", conv2d.apply), ("depthwise", depthwise.apply),
                                 ("pool", pool.apply), ("rows", reduction.apply)],
-    "reduction": [("rows", reduction.apply), ("columns", reduction.apply_columns)],
+    "reduction": [("planes", reduction.apply_planes), ("rows", reduction.apply), ("columns", reduction.apply_columns)],
 }
 
 
 def schedule(
-    prim: tirx.PrimFunc, kind: str, constants: Collection[str] = (), unaligned: bool = False
+    prim: tirx.PrimFunc, kind: str, constants: Collection[str] = (), unaligned: bool = False,
+    blocked: Mapping[int, Blocked] | None = None,
 ) -> tirx.PrimFunc:
     """The first rule for `kind` that fits the kernel, else the generic schedule; the attribute
     `gc.schedule` names the one used.
@@ -50,6 +53,10 @@ def schedule(
     `unaligned` declares the parameters aligned to their element size only, so that the kernel
     takes NumPy arrays as they come (malloc aligns to 16 bytes, TVM assumes 64); the attribute
     `gc.unaligned` says it was done.
+
+    `blocked` maps parameter positions to the channel-blocked layout they are stored in (codegen/
+    layout.py): those parameters become [N, C/c, H, W, c], strided as given. The attribute `gc.native`
+    lists the positions the schedule reads or writes as blocks (the rest it reads right, but slowly).
     """
     relaxed = False
     try:
@@ -57,25 +64,72 @@ def schedule(
         relaxed = unaligned
     except Exception:  # noqa: BLE001 (a kernel the rewrite cannot map stays as it was)
         pass
+    blocked = dict(blocked or {})
+    by_name = {str(prim.params[i].name): i for i in blocked}
     for name, rule in RULES.get(kind, []):
         sch = s_tir.Schedule(prim)
-        ctx = Context(frozenset(constants))
+        ctx = Context(frozenset(constants), blocked={n: blocked[i].c for n, i in by_name.items()})
         try:
             if rule(sch, ctx):
-                done = _done(sch, name, relaxed)
+                block_params(sch, blocked)
+                done = _done(sch, name, relaxed, blocked, [by_name[n] for n in ctx.native])
                 return done.with_attr("gc.prepack", ctx.prepack) if ctx.prepack else done
         except Exception:  # noqa: BLE001 (a fast rule that does not fit must never fail the compile)
             pass
     sch = s_tir.Schedule(prim)
     try:
-        _fallback(sch)
+        block_params(sch, blocked)
+        native = _fallback(sch, blocked)
     except Exception:  # noqa: BLE001 (the loop nest as written still compiles, just slowly)
-        return _done(s_tir.Schedule(prim), "none", relaxed)
-    return _done(sch, "generic", relaxed)
+        sch = s_tir.Schedule(prim)
+        block_params(sch, blocked)
+        return _done(sch, "none", relaxed, blocked, [])
+    return _done(sch, "generic", relaxed, blocked, native)
 
 
-def _done(sch: s_tir.Schedule, rule: str, unaligned: bool) -> tirx.PrimFunc:
-    func = sch.mod["main"].with_attr("tirx.is_scheduled", True).with_attr("gc.schedule", rule)
+def declines_blocked(prim: tirx.PrimFunc, kind: str) -> bool:
+    """Whether `schedule` would take no blocked parameter natively, known without scheduling: a kernel left
+    to the generic schedule that chooses its operand by channel (a concat; see `_fallback`)."""
+    if kind in RULES:
+        return False
+    sch = s_tir.Schedule(prim)
+    bodies = [getattr(sch.get(b).body, "value", None) for b in blocks(sch)]
+    return any(is_select(x) for v in bodies if v is not None for x in sub_expressions(v))
+
+
+def block_params(sch: s_tir.Schedule, blocked: Mapping[int, Blocked]) -> None:
+    """The parameters at the given positions stored [N, C/c, H, W, c]: every access of them rewritten
+    (`transform_layout`, wherever the schedule left them), then declared with their strides (a bordered
+    interior's) and aligned to their element size (a bordered interior is not aligned to anything more)."""
+    for i, b in blocked.items():
+        block, kind, at = _access(sch, sch.mod["main"].params[i])
+        sch.transform_layout(block, (kind, at), blocks_of(b.c))
+
+
+def blocks_of(c: int):
+    """The index map NCHW -> NCHW[c]c."""
+    return lambda n, ch, h, w: (n, ch // c, h, w, ch % c)
+
+
+def _access(sch: s_tir.Schedule, buf):
+    """A block that accesses `buf`: (block, "read" or "write", its position among those)."""
+    for b in blocks(sch):
+        blk = sch.get(b)
+        for kind, regions in (("write", blk.writes), ("read", blk.reads)):
+            for j, r in enumerate(regions):
+                if r.source.same_as(buf):
+                    return b, kind, j
+    raise ValueError(f"no block accesses {buf.name}")
+
+
+def _done(sch: s_tir.Schedule, rule: str, unaligned: bool, blocked: Mapping[int, Blocked],
+          native: Collection[int]) -> tirx.PrimFunc:
+    func = sch.mod["main"]
+    if blocked:
+        func = redeclare_params(func, {i: b.strides or () for i, b in blocked.items()})
+    func = func.with_attr("tirx.is_scheduled", True).with_attr("gc.schedule", rule)
+    if native:
+        func = func.with_attr("gc.native", sorted(int(i) for i in native))
     return func.with_attr("gc.unaligned", True) if unaligned else func
 
 
@@ -99,12 +153,29 @@ def prepack(value: np.ndarray, tag: str) -> np.ndarray:
 COSTLY = 48  # expression nodes from which a stage read several times by one consumer is stored, not inlined
 
 
-def _fallback(sch: s_tir.Schedule) -> None:
+def _fallback(sch: s_tir.Schedule, blocked: Mapping[int, Blocked]) -> list[int]:
+    """The generic schedule; returns the blocked parameters it reads and writes as blocks: all of them where
+    every block touching one writes a blocked parameter, iterated block by block (an elementwise kernel
+    between convs), else none."""
     inline_spatial(sch, blocks(sch)[:-1], keep_costly=COSTLY)
+    params = sch.mod["main"].params
+    widths = {params[i]: b.c for i, b in blocked.items()}
+    native = bool(blocked)
     for b in blocks(sch):
         loops = sch.get_loops(b)
         if not loops:
             continue
+        blk = sch.get(b)
+        touched = [r.source for r in (*blk.reads, *blk.writes) if any(r.source.same_as(p) for p in widths)]
+        if touched:
+            c = next((w for p, w in widths.items() if p.same_as(blk.writes[0].source)), 0)
+            # (Not a block choosing its operand by channel, a concat: blocked, the choice falls inside a
+            # vector, lane by lane; NCHW it is made once a plane, `_split_at_conditions`.)
+            if (c and is_spatial(sch, b) and len(loops) == 4 and not _reads_unblocked(blk, widths)
+                    and not any(is_select(x) for x in sub_expressions(blk.body.value))):
+                _blocked_loops(sch, b, c)
+                continue
+            native = False
         if is_spatial(sch, b):
             j = _transposed_partner(sch, b, loops)
             if j is not None:
@@ -113,6 +184,24 @@ def _fallback(sch: s_tir.Schedule) -> None:
                 _parallel_vectorize(sch, b, loops)
         else:
             _parallel_outer(sch, b, loops)
+    return list(blocked) if native else []
+
+
+def _reads_unblocked(blk, widths: dict) -> bool:
+    """Whether the block reads a 4-D buffer of its output's shape that is not blocked: across its channels
+    that is a gather."""
+    shape = [int(d) for d in blk.writes[0].source.shape]
+    full = [shape[0], shape[1] * shape[4], shape[2], shape[3]] if len(shape) == 5 else None
+    return any([int(d) for d in r.source.shape] == full for r in blk.reads)
+
+
+def _blocked_loops(sch: s_tir.Schedule, b, c: int) -> None:
+    """An elementwise block writing a blocked tensor iterates it block by block: (image, channel block,
+    row) in parallel, a pixel's c channels as one vector."""
+    sch.transform_block_layout(b, blocks_of(c))
+    i_n, i_co, i_h, _, i_c = sch.get_loops(b)
+    sch.parallel(sch.fuse(i_n, i_co, i_h))
+    sch.vectorize(i_c)
 
 
 TILE = 8  # a transposing copy moves 8x8 tiles: 8 rows read, 8 contiguous vectors written

@@ -20,10 +20,27 @@ class Context:
     constants: names of parameters whose values are fixed at build time (weights bound as params).
     prepack: filled by a rule that reads such a parameter in another layout; name -> layout tag
     (see schedule_cpu.prepack): the builder must store the constant transformed accordingly.
+    blocked: names of the 4-D parameters stored channel-blocked ([N, C/c, H, W, c], codegen/layout.py),
+    by their block width c. The rule schedules the function as NCHW; the parameters' layout is
+    transformed after it (`schedule_cpu.block_params`), whatever the rule did.
+    native: filled by the rule with the blocked parameters its schedule reads or writes as blocks (no
+    gather along the channels, no pack, no transposing write-back).
     """
 
     constants: frozenset[str] = frozenset()
     prepack: dict[str, str] = field(default_factory=dict)
+    blocked: dict[str, int] = field(default_factory=dict)
+    native: set[str] = field(default_factory=set)
+
+    def block_of(self, sch: s_tir.Schedule, buf) -> int:
+        """The block width of the parameter `buf` (a buffer of the function) if it is stored blocked, else 0."""
+        name = param_name(sch, buf)
+        return self.blocked.get(name, 0) if name is not None else 0
+
+
+def param_name(sch: s_tir.Schedule, buf) -> str | None:
+    """The name of the function parameter whose buffer is `buf`, or None for an intermediate buffer."""
+    return next((str(p.name) for p in sch.mod["main"].params if p.same_as(buf)), None)
 
 
 def single_reduction(sch: s_tir.Schedule, spatial: int, reduce: int):
@@ -130,6 +147,28 @@ def epilogue_on_vectors(sch: s_tir.Schedule, out, tile_loop, vl: int):
     try_vectorize(sch, channels, vl)
     sch.unroll(pixels)
     return copy
+
+
+def blocked_write_back(sch: s_tir.Schedule, out, ctx: Context, c: int, channels: int, pixels: int | None) -> None:
+    """The write-back of a tile into a channel-blocked output: pixel by pixel, each pixel's channels a
+    vector of c (the epilogue on whole vectors too). Its last two loops must be the tile's `channels`
+    then its pixels (`pixels` of them; None: the whole map, not unrolled); where they are, the output
+    and the blocked tensors the epilogue reads (a residual) are `ctx.native`."""
+    loops = sch.get_loops(out)
+    if len(loops) < 2 or extent(sch, loops[-2]) != channels or (pixels and extent(sch, loops[-1]) != pixels):
+        return
+    ch, px = loops[-2:]
+    sch.reorder(px, ch)
+    if channels > c:
+        ch = sch.split(ch, [None, c])[1]
+        sch.unroll(sch.get_loops(out)[-2])
+    sch.vectorize(ch)
+    if pixels:
+        sch.unroll(px)
+    blk = sch.get(out)
+    for r in (*blk.writes, *blk.reads):
+        if ctx.block_of(sch, r.source) == c:
+            ctx.native.add(param_name(sch, r.source))
 
 
 def large_copy(sch: s_tir.Schedule, loops) -> bool:

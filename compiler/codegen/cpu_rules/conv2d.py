@@ -22,6 +22,7 @@ from tvm.ir.expr import TensorLoad
 
 from compiler.codegen.cpu_rules.common import (
     Context,
+    blocked_write_back,
     blocks,
     coefficient,
     epilogue_on_vectors,
@@ -30,6 +31,7 @@ from compiler.codegen.cpu_rules.common import (
     lanes,
     large_copy,
     pack_loops,
+    param_name,
     read_index,
     single_reduction,
     try_vectorize,
@@ -132,8 +134,10 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     # The pixel tile: rows of whole vectors read at stride 1, or 2-4 (contiguous loads and a shuffle);
     # two vectors of a row where they divide it, else one for twice the channels.
     pixel_vectors = 2 if ow % (2 * pixel_vl) == 0 else 1
+    # (Not into a channel-blocked output: its write-back needs no transpose, the channel tile's was the cost.)
     pixels = (ci * kh * kw <= PIXEL_TILE_REDUCTION and c.col_step is not None and 1 <= c.col_step <= MAX_STRIDE
-              and ow % pixel_vl == 0 and o % (PIXEL_TILE_CHANNELS * 2 // pixel_vectors) == 0)
+              and ow % pixel_vl == 0 and o % (PIXEL_TILE_CHANNELS * 2 // pixel_vectors) == 0
+              and not _blocked_output(sch, ctx, blocks(sch)[-1]))
     # Output channels in vectors: whole registers where they divide the channels, else halves or quarters
     # (8 lanes for 24 channels on AVX-512); two vectors a tile where they fit.
     vl = vector_dividing(o, c.dtype)
@@ -154,7 +158,14 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     if pixels:
         _pixel_tile(sch, conv, out, pad, vl, pixel_vectors)
         return True
-    cb = _divisor(ci, (16, 32, 8, 24, 12, 4, 6, 3, 2))
+    # Channel-blocked neighbours (codegen/layout.py): an input stored in blocks of xc channels is read as
+    # it lies (those blocks are the reduction's); an output stored in blocks is written a vector of
+    # channels a pixel, no transpose.
+    x_param = sch.get(pad).reads[0].source if pad is not None else c.x_buf
+    xc = ctx.block_of(sch, x_param)
+    y_buf = sch.get(out).writes[0].source
+    yc = ctx.block_of(sch, y_buf)
+    cb = xc or _divisor(ci, (16, 32, 8, 24, 12, 4, 6, 3, 2))
     # One vector of channels (24 or 1000 channels on AVX-512: 8-lane vectors, one a block) takes twice the
     # pixels, for as many accumulators.
     px = flat_tile(n * (o // ob), oh * ow, FLAT_TILE * 2 * vl // ob) if ow % 4 != 0 and ob in (vl, 2 * vl) else 0
@@ -164,8 +175,10 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
         ob, px = tile(ow, ob, vl)
 
     # Layouts: the input (the pad stage's buffer, or a copy of x), the weights, the accumulators.
-    nchw_input = ci <= NCHW_INPUT_CHANNELS or (pad is None and (oh * ow <= NCHW_SMALL_MAP or kh == kw == 1))
-    if pad is None and not nchw_input:
+    nchw_input = not xc and (ci <= NCHW_INPUT_CHANNELS or (pad is None and (oh * ow <= NCHW_SMALL_MAP or kh == kw == 1)))
+    if xc:
+        ctx.native.add(param_name(sch, x_param))
+    if pad is None and not nchw_input and not xc:
         pad = sch.cache_read(conv, read_index(sch, conv, c.x_buf), "global")
     if pad is not None and not nchw_input:
         sch.transform_layout(pad, ("write", 0), lambda a, b, h, w: (a, b // cb, h, w, b % cb))
@@ -173,7 +186,7 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     def blocked(a, b, h, w):
         return (a // ob, b // cb, h, w, b % cb, a % ob)
 
-    w_name = next((str(prm.name) for prm in sch.mod["main"].params if prm.same_as(c.w_buf)), None)
+    w_name = param_name(sch, c.w_buf)
     if w_name in ctx.constants:  # weights fixed at build time: the builder stores them blocked
         sch.transform_layout(conv, ("read", read_index(sch, conv, c.w_buf)), blocked)
         ctx.prepack[w_name] = f"conv:{ob}:{cb}"
@@ -228,7 +241,9 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     # channels unrolled, so that the strided reads of the accumulators overlap (with a residual input:
     # 147 -> 135 us). With a short last tile it runs once the map is done, pixels innermost: contiguous
     # NCHW writes as they are.
-    if not tail:
+    if yc:
+        blocked_write_back(sch, out, ctx, yc, ob, None if tail else px)
+    elif not tail:
         if not flat and heavy_epilogue(sch, out):  # (flat tiles' regions are not exact boxes: TVM cannot copy one)
             out = epilogue_on_vectors(sch, out, wo, vl)
         if flat:
@@ -246,6 +261,10 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     if wp is not None:
         _weightpack_loops(sch, wp, ob, cb, o * ci * kh * kw >= PARALLEL_PACK)
     return True
+
+
+def _blocked_output(sch: s_tir.Schedule, ctx: Context, last) -> bool:
+    return ctx.block_of(sch, sch.get(last).writes[0].source) > 0
 
 
 def _pixel_tile(sch: s_tir.Schedule, conv, out, pad, vl: int, vectors: int) -> None:

@@ -19,12 +19,14 @@ from tvm.ir.expr import TensorLoad
 
 from compiler.codegen.cpu_rules.common import (
     Context,
+    blocked_write_back,
     blocks,
     coefficient,
     epilogue_on_vectors,
     heavy_epilogue,
     lanes,
     pack_loops,
+    param_name,
     read_index,
     single_reduction,
     try_vectorize,
@@ -76,13 +78,18 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     vl = lanes(dtype)
     vw = segment(ow, vl)
     pad = next((b for b in before if sch.get(b).writes[0].source.same_as(x_buf)), None)
+    ctx = ctx or Context()
+    # Channel-blocked neighbours (codegen/layout.py): an input stored in blocks of vl channels needs no
+    # blocked copy (a padding copy at most), an output stored so is written as the accumulators lie.
+    xc = ctx.block_of(sch, sch.get(pad).reads[0].source if pad is not None else x_buf) == vl
+    yc = ctx.block_of(sch, sch.get(after[-1] if after else conv).writes[0].source) == vl
     # Channels in the lanes where a row fills no whole vectors; at stride 2 only on small maps, where
     # copying the input (4x the output) costs little (144 channels 56 -> 28: 88 -> 181 us blocked).
-    blocked = ow % vl != 0 and (stride == 1 or ow < vl)
+    blocked = (ow % vl != 0 and (stride == 1 or ow < vl)) or xc or yc
     if blocked and o % vl == 0 and len(before) == (pad is not None) and _one_to_one(sch, conv, x_buf):
-        if pad is None:  # a zero-bordered input (plan-memory's conv-borders): the blocked copy reads it as it is
+        if pad is None and not xc:  # a zero-bordered input (plan-memory's conv-borders): copied blocked as it is
             pad = sch.cache_read(conv, read_index(sch, conv, x_buf), "global")
-        _blocked(sch, conv, pad, after[-1] if after else None, ow, vl, ctx or Context())
+        _blocked(sch, conv, pad, x_buf, after[-1] if after else None, ow, vl, ctx)
         return True
     # At stride 2 a tap reads every other column: contiguous loads and a shuffle (codegen/llvm_pipeline.py).
     # The input copied with even and odd columns apart, so that each tap read one contiguous vector, was
@@ -121,7 +128,7 @@ def _one_to_one(sch: s_tir.Schedule, conv, x_buf) -> bool:
     return x.indices[1].same_as(o) or is_sum(x.indices[1], o, rc)
 
 
-def _blocked(sch: s_tir.Schedule, conv, pad, out, ow: int, vl: int, ctx: Context) -> None:
+def _blocked(sch: s_tir.Schedule, conv, pad, x_buf, out, ow: int, vl: int, ctx: Context) -> None:
     """Rows narrower than a vector, or no multiple of one (7x7, 14x14, 28x28: LLVM splits a 7-lane vector
     into 4 + 2 + 1), take channels in the vector lanes instead: the padded input copied to
     [N, C/vl, H, W, vl] (one parallel pass), weights [C/vl, KH, KW, vl], accumulators of a tile of
@@ -131,10 +138,14 @@ def _blocked(sch: s_tir.Schedule, conv, pad, out, ow: int, vl: int, ctx: Context
     three: 1152 channels of 7x7 143 -> 62 us, 240 of 28x28 209 -> 122, 480 of 14x14 72 -> 51, 672 of
     14x14 to 7x7 (stride 2) 103 -> 76."""
     c_buf = sch.get(conv).writes[0].source
-    w_buf = next(r.source for r in sch.get(conv).reads
-                 if not r.source.same_as(c_buf) and not r.source.same_as(sch.get(pad).writes[0].source))
-    sch.transform_layout(pad, ("write", 0), lambda a, b, h, w: (a, b // vl, h, w, b % vl))
-    w_name = next((str(prm.name) for prm in sch.mod["main"].params if prm.same_as(w_buf)), None)
+    x_read = sch.get(pad).writes[0].source if pad is not None else x_buf
+    w_buf = next(r.source for r in sch.get(conv).reads if not r.source.same_as(c_buf) and not r.source.same_as(x_read))
+    x_param = sch.get(pad).reads[0].source if pad is not None else x_buf
+    if ctx.block_of(sch, x_param) == vl:
+        ctx.native.add(param_name(sch, x_param))
+    if pad is not None:
+        sch.transform_layout(pad, ("write", 0), lambda a, b, h, w: (a, b // vl, h, w, b % vl))
+    w_name = param_name(sch, w_buf)
     blocked_w = lambda a, b, h, w: (a // vl, b, h, w, b, a % vl)  # noqa: E731  (the conv tag's layout: b is 0)
     if w_name in ctx.constants:
         sch.transform_layout(conv, ("read", read_index(sch, conv, w_buf)), blocked_w)
@@ -158,11 +169,16 @@ def _blocked(sch: s_tir.Schedule, conv, pad, out, ow: int, vl: int, ctx: Context
     init = sch.decompose_reduction(conv, r_c)
     try_vectorize(sch, sch.get_loops(init)[-1], vl)
     sch.reverse_compute_at(out, wo)
-    if heavy_epilogue(sch, out):
-        out = epilogue_on_vectors(sch, out, wo, vl)
-    try_vectorize(sch, sch.get_loops(out)[-1], px)
-    sch.unroll(sch.get_loops(out)[-2])
-    pack_loops(sch, pad, vl, vl)
+    y_buf = sch.get(out).writes[0].source
+    if ctx.block_of(sch, y_buf) == vl:
+        blocked_write_back(sch, out, ctx, vl, vl, px)
+    else:
+        if heavy_epilogue(sch, out):
+            out = epilogue_on_vectors(sch, out, wo, vl)
+        try_vectorize(sch, sch.get_loops(out)[-1], px)
+        sch.unroll(sch.get_loops(out)[-2])
+    if pad is not None:
+        pack_loops(sch, pad, vl, vl)
     if wp is not None:  # weights passed per call: packed per call, channels of a block innermost
         i_o, *rest = sch.get_loops(wp)
         w_oo, w_oi = sch.split(i_o, [None, vl])

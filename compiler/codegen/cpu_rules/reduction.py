@@ -24,6 +24,7 @@ from compiler.codegen.cpu_rules.common import (
     inline_spatial,
     is_spatial,
     lanes,
+    param_name,
     try_vectorize,
     vector_dividing,
 )
@@ -32,6 +33,49 @@ from compiler.codegen.target import num_cores
 
 COSTLY = 24  # expression nodes from which a stage read twice is stored rather than recomputed
 ROW_WORK = 4096  # elements per parallel task, at least: the pool's wake-up costs about a microsecond
+
+
+def apply_planes(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
+    """A reduction over the map of a channel-blocked input (the global average pool of a
+    squeeze-and-excitation block, reduce_mean over H and W): (image, channel block) in parallel, the
+    block's channels the vector lanes of the accumulators, the pixels reduced in storage order. Only
+    for a blocked input (codegen/layout.py); NCHW maps are rows to the `rows` rule."""
+    if ctx is None or not ctx.blocked:
+        return False
+    reductions = [b for b in blocks(sch) if not is_spatial(sch, b)]
+    if len(reductions) != 1:
+        return False
+    red = reductions[0]
+    blk = sch.get(red)
+    ivs = [iv.var for iv in blk.iter_vars]
+    kinds = [iv.iter_type == REDUCE for iv in blk.iter_vars]
+    if kinds != [False] * 4 + [True] * 2 or len(blk.reads) < 1:
+        return False
+    x = next((r.source for r in blk.reads if ctx.block_of(sch, r.source)), None)
+    if x is None:
+        return False
+    c = ctx.block_of(sch, x)
+    load = next(e for e in sub_expressions(blk.body.value) if getattr(e, "source", None) is not None
+                and e.source.same_as(x))
+    want = [ivs[0], ivs[1], ivs[4], ivs[5]]
+    if len(load.indices) != 4 or not all(i.same_as(v) for i, v in zip(load.indices, want)):
+        return False
+    after = [b for b in blocks(sch) if is_spatial(sch, b)]
+    i_n, i_c, i_h, i_w, r_h, r_w = sch.get_loops(red)
+    if (extent(sch, i_c) or 0) % c or extent(sch, i_h) != 1 or extent(sch, i_w) != 1:
+        return False
+    co, ci = sch.split(i_c, [None, c])
+    sch.reorder(i_n, co, i_h, i_w, r_h, r_w, ci)
+    par = sch.fuse(i_n, co)
+    sch.parallel(par)
+    init = sch.decompose_reduction(red, r_h)
+    sch.unroll(ci)  # (TVM vectorizes no loop around a reduction block; LLVM's SLP does, unrolled)
+    sch.vectorize(sch.get_loops(init)[-1])
+    for b in after:
+        sch.reverse_compute_at(b, par)
+        try_vectorize(sch, sch.get_loops(b)[-1], c)
+    ctx.native.add(param_name(sch, x))
+    return True
 
 
 def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:

@@ -1,0 +1,187 @@
+"""Channel-blocked storage between CPU kernels: a 4-D tensor that one kernel writes and others read may be
+stored [N, C/c, H, W, c] (NCHW[c]c, c = the vector width in its dtype) instead of NCHW, as ONNX Runtime's
+NchwcTransformer does. A conv then reads its input without packing it and writes its output a vector of
+channels at a time without transposing it back, and a depthwise conv takes its channels in the lanes
+at any row width. The graph IR, the interpreter and a model's arguments and results stay NCHW; only
+the bytes of an arena buffer are arranged differently (C a multiple of c: the same size).
+
+The choice is made per storage group (tensors that share bytes: a bordered buffer's tensors, an
+output written in place over an input) and only where every kernel touching the group takes the
+layout natively, as its schedule rule reports (`schedule_cpu.schedule`'s `native`). A kernel asked to
+take a blocked tensor its rule cannot read natively still computes right (the parameter's layout is
+transformed whatever the schedule), just slower; `assign` asks again until every group it keeps is
+native everywhere.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from compiler.ir import Func, Value
+from dialects.exec import Launch
+from dialects.mem import Alloc, View, padded_strides
+
+# GC_LAYOUT=nchw keeps every tensor NCHW (to measure what blocking gains; part of the compile cache's key).
+ENABLED = os.environ.get("GC_LAYOUT", "").lower() != "nchw"
+
+
+@dataclass(frozen=True)
+class Blocked:
+    """A kernel parameter stored channel-blocked: `c` channels a block, and the element strides of the
+    5-D buffer where it is a bordered buffer's interior (None: compact, or the bordered buffer whole)."""
+
+    c: int
+    strides: tuple[int, ...] | None = None
+
+
+def blocked_shape(shape, c: int) -> tuple[int, ...]:
+    n, ch, h, w = shape
+    return (int(n), int(ch) // c, int(h), int(w), c)
+
+
+def blocked_pads(pads) -> list[int]:
+    """4-D pads ([begin per dim..., end per dim...]) as the 5-D blocked buffer's: none on the lanes."""
+    return [*pads[:4], 0, *pads[4:], 0]
+
+
+def lanes_of(v: Value) -> int:
+    from compiler.codegen.target import cpu
+
+    return cpu().lanes(v.type.dtype.tvm)
+
+
+def eligible(v: Value) -> int:
+    """The block width `v` could be stored with, or 0: a floating 4-D tensor of more than one pixel whose
+    channels whole vectors divide."""
+    t = v.type
+    # (A map of one pixel is stored alike either way: [N, C/c, 1, 1, c] is NCHW's byte order.)
+    if t.rank != 4 or not t.dtype.is_float or t.size == 0 or t.shape[2] * t.shape[3] == 1:
+        return 0
+    c = lanes_of(v)
+    return c if c > 1 and t.shape[1] % c == 0 else 0
+
+
+def assign(f: Func, kernels: list,
+           native: Callable[[object, dict[int, Blocked]], tuple[frozenset[int], bool]]) -> dict[Value, int]:
+    """The values of the planned function `f` to store channel-blocked, with their block width.
+
+    `kernels` are lower.Kernel objects (their PrimFuncs lowered: `const_ops` known); `native(k, proposal)`
+    schedules kernel k with the parameters of `proposal` blocked and returns the parameter positions its
+    rule took natively, and whether it takes them all or none (the generic schedule). Groups a kernel
+    refuses are dropped until every kernel takes what is left."""
+    launches = [op for op in f.ops if isinstance(op, Launch)]
+    returned = set(f.results)
+    read_elsewhere = {v for op in f.ops if not isinstance(op, Launch) for v in op.operands}
+    groups = _storage_groups(f, launches)
+    producer = {v: k for k in kernels for v in k.outputs}
+    pads = {}
+    for k in kernels:
+        for v, p in zip(k.outputs, k.out_pads):
+            pads[v] = p
+    candidates: dict[Value, int] = {}
+    for v, k in producer.items():
+        c = eligible(v)
+        p = pads.get(v)
+        if c and v not in returned and v not in read_elsewhere and (p is None or not (p[0] or p[1] or p[4] or p[5])):
+            candidates[v] = c
+    # A group is a candidate only whole, of one block width.
+    for members in groups.values():
+        widths = {candidates.get(v, 0) for v in members}
+        if len(widths) != 1 or 0 in widths:
+            for v in members:
+                candidates.pop(v, None)
+    chosen = dict(candidates)
+    first: dict[int, tuple[dict, frozenset[int]]] = {}
+    while True:
+        took: dict[int, frozenset[int]] = {}
+        for k in kernels:
+            proposal = proposal_of(k, chosen)
+            if id(k) not in first:
+                first[id(k)] = (proposal, native(k, proposal) if proposal else (frozenset(), False))
+            # Asked again with fewer blocked parameters, a rule keeps its answer for the rest, except one
+            # that takes all or nothing (the generic schedule): scheduling once a round cost DenseNet-121
+            # 5 s of compile time for the same answers.
+            asked, (answer, whole) = first[id(k)]
+            took[id(k)] = frozenset() if whole and proposal != asked else answer & set(proposal)
+        refused = set()
+        for k in kernels:
+            for i, v in _positions(k):
+                if v in chosen and i not in took[id(k)]:
+                    refused.add(v)
+        if not refused:
+            return chosen
+        for v in refused:
+            for u in groups.get(_group_key(groups, v), [v]):
+                chosen.pop(u, None)
+
+
+def proposal_of(k, chosen: dict[Value, int]) -> dict[int, Blocked]:
+    """Kernel k's parameters stored blocked under `chosen`, with the strides of bordered interiors."""
+    out: dict[int, Blocked] = {}
+    n_in = len(k.inputs)
+    for i, v in _positions(k):
+        c = chosen.get(v)
+        if c is None:
+            continue
+        if i < n_in:
+            p = k.in_pads[i] if i < len(k.in_pads) else None
+            interior = p is not None and (i >= len(k.in_views) or k.in_views[i] != "whole")
+        else:
+            j = i - n_in - len(k.const_ops)
+            p = k.out_pads[j] if j < len(k.out_pads) else None
+            interior = p is not None
+        strides = padded_strides(blocked_shape(v.type.shape, c), blocked_pads(p)) if interior else None
+        out[i] = Blocked(c, strides)
+    return out
+
+
+def _positions(k) -> list[tuple[int, Value]]:
+    """(PrimFunc parameter position, value) of the kernel's inputs and outputs (constants in between)."""
+    n_in = len(k.inputs)
+    first_out = n_in + len(k.const_ops)
+    return [*enumerate(k.inputs), *((first_out + j, v) for j, v in enumerate(k.outputs))]
+
+
+def _storage_groups(f: Func, launches: list[Launch]) -> dict[object, list[Value]]:
+    """Values that must share a layout, by a key: those of one buffer (a bordered buffer's tensors), and an
+    output with every input of its launch whose arena bytes it overlaps (written in place)."""
+    parent: dict[Value, Value] = {}
+
+    def find(v: Value) -> Value:
+        while parent.get(v, v) is not v:
+            v = parent[v]
+        return v
+
+    def union(a: Value, b: Value) -> None:
+        ra, rb = find(a), find(b)
+        if ra is not rb:
+            parent[ra] = rb
+
+    by_dest: dict[Value, Value] = {}
+    where: dict[Value, tuple[Value, int, int]] = {}  # value -> (arena, first byte, end byte)
+    for op in launches:
+        for d, r in zip(op.destinations, op.results):
+            owner = d.owner
+            if isinstance(owner, Alloc):
+                if d in by_dest:
+                    union(r, by_dest[d])
+                by_dest[d] = r
+            elif isinstance(owner, View):
+                where[r] = (owner.operands[0], owner.offset, owner.offset + r.type.nbytes)
+        for r in op.results:
+            if r not in where:
+                continue
+            arena, lo, hi = where[r]
+            for u in op.inputs:
+                if u in where and where[u][0] is arena and where[u][1] < hi and lo < where[u][2]:
+                    union(r, u)
+    groups: dict[object, list[Value]] = {}
+    for v in {*parent, *(find(v) for v in parent)}:
+        groups.setdefault(find(v), []).append(v)
+    return {k: sorted(vs, key=id) for k, vs in groups.items() if len(vs) > 1}
+
+
+def _group_key(groups: dict[object, list[Value]], v: Value):
+    return next((k for k, vs in groups.items() if v in vs), None)

@@ -65,7 +65,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
             if schedule_cpu.declines_blocked(prims[id(k)], k.kind):
                 return frozenset(), True
             prim, took, _ = sched(k, proposal)
-            return took, str(prim.attrs["gc.schedule"]) in ("generic", "none")
+            return took, str(prim.attrs["gc.schedule"]) in ("generic", "none") or "gc.native_all" in prim.attrs
 
         blocked = layout.assign(module[entry], kernels, native)
     funcs = {}

@@ -19,7 +19,16 @@ from __future__ import annotations
 from tvm import s_tir, tirx
 from tvm.ir.expr import TensorLoad
 
-from compiler.codegen.cpu_rules.common import REDUCE, Context, blocks, coefficient, lanes, static, try_vectorize
+from compiler.codegen.cpu_rules.common import (
+    REDUCE,
+    Context,
+    blocks,
+    coefficient,
+    lanes,
+    param_name,
+    static,
+    try_vectorize,
+)
 from compiler.codegen.llvm_pipeline import MAX_STRIDE
 from compiler.codegen.sblocks import is_select, sub_expressions
 
@@ -44,6 +53,9 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
         return False
     name = blk.name_hint
     at = [sch.get(b).name_hint for b in order].index(name)
+    ctx = ctx or Context()
+    if ctx.blocked and _blocked(sch, ctx, order, at, ext):
+        return True
     step = _column_step(blk)
     vector = step is not None and 1 <= step <= MAX_STRIDE
     # A padded window read through the padding's select tests its column per lane, on which TVM's
@@ -91,6 +103,45 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
         # Only a loop of the epilogue's own: vectorizing `rows` would take the window's loops with it.
         if len(loops) > 1 and not sch.get(loops[-1]).same_as(sch.get(rows)):
             try_vectorize(sch, loops[-1], vl)
+    return True
+
+
+def _blocked(sch: s_tir.Schedule, ctx: Context, order, at: int, ext: list[int]) -> bool:
+    """Input and output stored channel-blocked (codegen/layout.py): (image, channel block, output row) in
+    parallel, then the row's pixels, the taps unrolled, and the block's channels as one vector, so every
+    tap is one contiguous vector at any stride, and a padded window's test is made once a tap, not a lane.
+    False (nothing changed) unless both are blocked with one width."""
+    x = next((r.source for r in sch.get(order[0]).reads if ctx.block_of(sch, r.source)), None)
+    y = sch.get(order[-1]).writes[0].source
+    c = ctx.block_of(sch, y)
+    if x is None or ctx.block_of(sch, x) != c or ext[1] % c:
+        return False
+    for b in order[:at]:
+        sch.compute_inline(b)  # the padding too: its test depends on the pixel, not the channel
+    pool = sch.get_sblock(sch.get(order[at]).name_hint)
+    for b in order[at + 1 : -1]:
+        sch.compute_inline(b)
+    if at + 1 < len(order):  # the accumulators blocked too (an average's sums before the divide)
+        sch.transform_layout(pool, ("write", 0), lambda a, b, h, w: (a, b // c, h, w, b % c))
+    n, ch, i, j, rh, rw = sch.get_loops(pool)
+    co, ci = sch.split(ch, [None, c])
+    sch.reorder(n, co, i, j, rh, rw, ci)
+    rows = sch.fuse(n, co, i)
+    if ext[0] * ext[1] * ext[2] * ext[3] >= PARALLEL_OUTPUTS:
+        sch.parallel(rows)
+    sch.vectorize(ci)  # before the init splits off: a block without one is no longer a reduction
+    init = sch.decompose_reduction(pool, rh)
+    sch.vectorize(sch.get_loops(init)[-1])
+    sch.unroll(rh)
+    sch.unroll(rw)
+    if at + 1 < len(order):
+        out = sch.get_sblock(sch.get(order[-1]).name_hint)
+        sch.reverse_compute_at(out, rows)
+        o_c, o_j = sch.get_loops(out)[-2:]  # the block's channels, then the row's pixels
+        sch.reorder(o_j, o_c)
+        sch.vectorize(o_c)
+    ctx.native.update({param_name(sch, x), param_name(sch, y)})
+    ctx.all_or_nothing = True
     return True
 
 

@@ -68,8 +68,8 @@ def apply_planes(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     sch.reorder(i_n, co, i_h, i_w, r_h, r_w, ci)
     par = sch.fuse(i_n, co)
     sch.parallel(par)
+    sch.vectorize(ci)  # (before the init splits off: a block without one is no longer a reduction)
     init = sch.decompose_reduction(red, r_h)
-    sch.unroll(ci)  # (TVM vectorizes no loop around a reduction block; LLVM's SLP does, unrolled)
     sch.vectorize(sch.get_loops(init)[-1])
     for b in after:
         sch.reverse_compute_at(b, par)

@@ -52,7 +52,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     function's kernels into one library."""
     import tvm
 
-    from compiler.codegen import llvm_pipeline, schedule_cpu
+    from compiler.codegen import llvm_pipeline
 
     tgt = make_target(target, arch)
     file_order_bound = plan_module(module, target, entry, concurrent=concurrent)
@@ -62,8 +62,6 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     blocked = {}
     if target == "llvm" and layout.ENABLED:
         def native(k, proposal):
-            if schedule_cpu.declines_blocked(prims[id(k)], k.kind):
-                return frozenset(), True
             prim, took, _ = sched(k, proposal)
             return took, str(prim.attrs["gc.schedule"]) in ("generic", "none") or "gc.native_all" in prim.attrs
 

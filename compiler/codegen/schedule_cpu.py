@@ -82,6 +82,7 @@ def schedule(
     sch = s_tir.Schedule(prim)
     try:
         block_params(sch, blocked)
+        sch = _choices_by_block(sch, blocked)
         native = _fallback(sch, blocked)
     except Exception:  # noqa: BLE001 (the loop nest as written still compiles, just slowly)
         sch = s_tir.Schedule(prim)
@@ -90,14 +91,41 @@ def schedule(
     return _done(sch, "generic", relaxed, blocked, native)
 
 
-def declines_blocked(prim: tirx.PrimFunc, kind: str) -> bool:
-    """Whether `schedule` would take no blocked parameter natively, known without scheduling: a kernel left
-    to the generic schedule that chooses its operand by channel (a concat; see `_fallback`)."""
-    if kind in RULES:
-        return False
-    sch = s_tir.Schedule(prim)
-    bodies = [getattr(sch.get(b).body, "value", None) for b in blocks(sch)]
-    return any(is_select(x) for v in bodies if v is not None for x in sub_expressions(v))
+def _choices_by_block(sch: s_tir.Schedule, blocked: Mapping[int, Blocked]) -> s_tir.Schedule:
+    """A block choosing its operand by channel (a concat, with what follows it fused) that writes a blocked
+    tensor iterates it block by block, and its choices are simplified with the lane's bounds: with every
+    operand a whole number of blocks, `co * c + ci < B` is `co < B / c`, made once a channel block, not
+    once a lane (TVM evaluates a condition that varies within a vector lane by lane). Returns a schedule
+    of the rewritten function (`sch` itself where there is no such block)."""
+    import tvm_ffi
+    from tvm.ir.expr import Call
+    from tvm.sym import Analyzer
+
+    if not blocked:
+        return sch
+    inline_spatial(sch, blocks(sch)[:-1], keep_costly=COSTLY)
+    params = sch.mod["main"].params
+    widths = {params[i]: b.c for i, b in blocked.items()}
+    analyzer, done = Analyzer(), False
+    for b in blocks(sch):
+        blk = sch.get(b)
+        value = getattr(blk.body, "value", None)
+        c = next((w for p, w in widths.items() if p.same_as(blk.writes[0].source)), 0)
+        if not c or value is None or len(sch.get_loops(b)) != 4 or not is_spatial(sch, b):
+            continue
+        if not any(is_select(x) for x in sub_expressions(value)):
+            continue
+        sch.transform_block_layout(b, blocks_of(c))
+        for iv in sch.get(b).iter_vars:
+            analyzer.bind(iv.var, iv.dom)
+        done = True
+    if not done:
+        return sch
+
+    def simplify(call):
+        return tirx.if_then_else(analyzer.simplify(call.args[0]), *call.args[1:]) if is_select(call) else call
+
+    return s_tir.Schedule(tvm_ffi.structural_map(sch.mod["main"], [(Call, simplify)]))
 
 
 def block_params(sch: s_tir.Schedule, blocked: Mapping[int, Blocked]) -> None:
@@ -172,11 +200,7 @@ def _fallback(sch: s_tir.Schedule, blocked: Mapping[int, Blocked]) -> list[int]:
         touched = [r.source for r in (*blk.reads, *blk.writes) if any(r.source.same_as(p) for p in widths)]
         if touched:
             c = next((w for p, w in widths.items() if p.same_as(blk.writes[0].source)), 0)
-            # (Not a block choosing its operand by channel, a concat: blocked, the choice falls inside a
-            # vector, lane by lane; NCHW it is made once a plane, `_split_at_conditions`.)
-            if (c and is_spatial(sch, b) and len(loops) == 4 and not _reads_unblocked(blk, widths)
-                    and not any(is_select(x) for x in sub_expressions(blk.body.value))):
-                _blocked_loops(sch, b, c)
+            if c and is_spatial(sch, b) and not _reads_unblocked(blk) and _blocked_loops(sch, b, c, loops):
                 continue
             native = False
         if is_spatial(sch, b):
@@ -190,21 +214,32 @@ def _fallback(sch: s_tir.Schedule, blocked: Mapping[int, Blocked]) -> list[int]:
     return list(blocked) if native else []
 
 
-def _reads_unblocked(blk, widths: dict) -> bool:
-    """Whether the block reads a 4-D buffer of its output's shape that is not blocked: across its channels
+def _reads_unblocked(blk) -> bool:
+    """Whether the block reads a 4-D map (more than one pixel) that is not blocked: across its channels
     that is a gather."""
-    shape = [int(d) for d in blk.writes[0].source.shape]
-    full = [shape[0], shape[1] * shape[4], shape[2], shape[3]] if len(shape) == 5 else None
-    return any([int(d) for d in r.source.shape] == full for r in blk.reads)
+    return any(len(r.source.shape) == 4 and int(r.source.shape[2]) * int(r.source.shape[3]) > 1 for r in blk.reads)
 
 
-def _blocked_loops(sch: s_tir.Schedule, b, c: int) -> None:
-    """An elementwise block writing a blocked tensor iterates it block by block: (image, channel block,
-    row) in parallel, a pixel's c channels as one vector."""
-    sch.transform_block_layout(b, blocks_of(c))
+def _blocked_loops(sch: s_tir.Schedule, b, c: int, loops) -> bool:
+    """A block writing a blocked tensor iterates it block by block: (image, channel block) in parallel, with
+    the rows where no choice of operand depends on them, a pixel's c channels as one vector. An
+    elementwise block is iterated so here; a concat's was by `_choices_by_block`, and is taken only where
+    its choices depend on the channel block alone. False where they do not (nothing changed)."""
+    if len(loops) == 4:
+        if any(is_select(x) for x in sub_expressions(sch.get(b).body.value)):
+            return False
+        sch.transform_block_layout(b, blocks_of(c))
+    blk = sch.get(b)
+    ivs = [iv.var for iv in blk.iter_vars]
+    if len(ivs) != 5:
+        return False
+    conds = [x.args[0] for x in sub_expressions(blk.body.value) if is_select(x)]
+    if any(uses(cond, v) for cond in conds for v in ivs[2:]):
+        return False
     i_n, i_co, i_h, _, i_c = sch.get_loops(b)
     sch.parallel(sch.fuse(i_n, i_co, i_h))
     sch.vectorize(i_c)
+    return True
 
 
 TILE = 8  # a transposing copy moves 8x8 tiles: 8 rows read, 8 contiguous vectors written

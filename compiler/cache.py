@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from functools import cache
 from pathlib import Path
 
@@ -111,8 +112,30 @@ def code_fingerprint() -> str:
     return h.hexdigest()
 
 
+# A file's digest is remembered by its identity and times (path, inode, size, mtime and ctime in ns), as
+# ccache's direct mode does, but only for a file last changed this long before it was hashed: a file
+# rewritten within the clock's granularity could keep its times and size.
+SETTLED_S = 2.0
+MAX_DIGESTS = 1000
+
+
 def file_digest(path: str) -> str | None:
-    """SHA-256 of a file's bytes, or None where it cannot be read (the caller's own reading says why)."""
+    """SHA-256 of a file's bytes, or None where it cannot be read (the caller's own reading says why).
+    Hashing ViT-B/16's 346 MB of weights took 0.35 s of a 1 s cache hit: the digest of a file that has
+    not changed since it was last hashed is read back from the cache folder instead."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    stamp = "\0".join(str(x) for x in (os.path.realpath(path), st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
+                                        st.st_ctime_ns))
+    memo = folder() / "digests" / hashlib.sha256(stamp.encode()).hexdigest()
+    try:
+        known = memo.read_text()
+        if len(known) == 64 and all(ch in "0123456789abcdef" for ch in known):
+            return known
+    except OSError:
+        pass
     h = hashlib.sha256()
     try:
         with open(path, "rb") as f:
@@ -120,7 +143,16 @@ def file_digest(path: str) -> str | None:
                 h.update(chunk)
     except OSError:
         return None
-    return h.hexdigest()
+    digest = h.hexdigest()
+    if time.time() - max(st.st_mtime, st.st_ctime) > SETTLED_S:
+        try:
+            from compiler.files import write_atomic
+
+            memo.parent.mkdir(parents=True, exist_ok=True)
+            write_atomic(memo, digest)
+        except (OSError, GCError):
+            pass  # a cache folder that cannot be written: the digest is computed again next time
+    return digest
 
 
 def path_of(k: str) -> Path:
@@ -216,6 +248,12 @@ def evict(keep: Path | None = None) -> None:
             continue
         e.unlink(missing_ok=True)
         total -= size
+    try:  # remembered file digests (`file_digest`): the newest MAX_DIGESTS
+        memos = sorted(folder().glob("digests/*"), key=lambda e: e.stat().st_mtime)
+        for e in memos[:-MAX_DIGESTS]:
+            e.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def _touch(p: Path) -> None:

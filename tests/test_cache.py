@@ -168,3 +168,45 @@ def test_gc_compile_with_the_cache_still_says_what_is_wrong_with_params(cache_di
     r = gc("compile", str(MLP), "--params", str(tmp_path / "none.npz"), "-o", str(tmp_path / "m.gcpkg"))
     assert r.returncode == 1 and "Traceback" not in r.stderr and r.stderr.count("error:") == 1
     assert "none.npz" in r.stderr and entries(cache_dir) == []
+
+
+def test_a_weights_file_is_hashed_again_only_when_it_changed(cache_dir: Path, tmp_path: Path, monkeypatch) -> None:
+    """The digest of a settled file is remembered by its identity and times; a file rewritten (other bytes,
+    the same size) gets a new digest, and a file changed moments ago is not remembered at all (its times
+    might not change with a rewrite within the clock's granularity)."""
+    f = tmp_path / "w.npz"
+    f.write_bytes(b"a" * 1000)
+    first = cache.file_digest(str(f))
+    assert not list((cache_dir / "digests").glob("*"))  # just written: hashed, not remembered
+    old = os.stat(f).st_mtime_ns - 10**10
+    os.utime(f, ns=(old, old))
+    monkeypatch.setattr(cache, "SETTLED_S", -1.0)  # (the ctime utime just set is recent too)
+    assert cache.file_digest(str(f)) == first
+    assert len(list((cache_dir / "digests").glob("*"))) == 1
+    reads = []
+    real_open = open
+    with monkeypatch.context() as m:
+        m.setattr("builtins.open", lambda *a, **k: reads.append(a[0]) or real_open(*a, **k))
+        assert cache.file_digest(str(f)) == first and str(f) not in reads  # remembered: not read again
+    f.write_bytes(b"b" * 1000)
+    os.utime(f, ns=(old + 1, old + 1))
+    assert cache.file_digest(str(f)) != first
+
+
+@pytest.mark.parametrize("kernel_copy", ["works", "refused", "absent"])
+def test_copy_atomic_copies_whole_files_in_the_kernel_or_not(tmp_path: Path, monkeypatch, kernel_copy: str) -> None:
+    """What gc compile does with a cached artifact: the bytes in the kernel (copy_file_range) where the OS
+    offers it, through Python where it refuses (another file system, an old kernel) or lacks it."""
+    from compiler.files import copy_atomic
+
+    src, dst = tmp_path / "a.bin", tmp_path / "b.bin"
+    data = np.random.default_rng(0).bytes(3 << 20)
+    src.write_bytes(data)
+    dst.write_bytes(b"old, longer than nothing")
+    if kernel_copy == "refused" and hasattr(os, "copy_file_range"):
+        monkeypatch.setattr(os, "copy_file_range", lambda *a: (_ for _ in ()).throw(OSError(18, "EXDEV")))
+    elif kernel_copy == "absent":
+        monkeypatch.delattr(os, "copy_file_range", raising=False)
+    copy_atomic(src, dst)
+    assert dst.read_bytes() == data
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary file left

@@ -15,6 +15,7 @@ from compiler.ir import DType, Op, TensorType, Value, attribute, operand
 from dialects.graph.common import (
     broadcast_shapes,
     is_constant,
+    isnan,
     require_float,
     require_numeric,
     same_dtype,
@@ -94,7 +95,7 @@ def _fmax(a, b):
 
     if not _is_float(a):
         return tvm.tirx.max(a, b)
-    return tvm.tirx.Select(tvm.tirx.isnan(a) | (a > b), a, b)
+    return tvm.tirx.Select(isnan(a) | (a > b), a, b)
 
 
 def _fmin(a, b):
@@ -102,7 +103,7 @@ def _fmin(a, b):
 
     if not _is_float(a):
         return tvm.tirx.min(a, b)
-    return tvm.tirx.Select(tvm.tirx.isnan(a) | (a < b), a, b)
+    return tvm.tirx.Select(isnan(a) | (a < b), a, b)
 
 
 def _expm1(x):

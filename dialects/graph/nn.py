@@ -389,10 +389,15 @@ class MaxPool2d(Pool2d, name="graph.max_pool2d"):
         xp = self.padded(x, low)
         (sh, sw), (rh, rw) = self.window_strides, self.window_axes()
         shape = self.results[0].type.shape
-        top = extreme_reducer(dtype)
-        return te.compute(
-            shape, lambda n, c, i, j: top(xp[n, c, i * sh + rh, j * sw + rw], axis=[rh, rw]), name="max_pool2d"
+        # bf16 compares in f32 (exactly: a max picks one of its inputs), as every bf16 op computes: TVM's
+        # bf16 legalization leaves a vectorized select of bf16 values unlowered.
+        acc = "float32" if dtype.startswith("bfloat") else dtype
+        top = extreme_reducer(acc)
+        pool = te.compute(
+            shape, lambda n, c, i, j: top(xp[n, c, i * sh + rh, j * sw + rw].astype(acc), axis=[rh, rw]),
+            name="max_pool2d",
         )
+        return pool if acc == dtype else te.compute(shape, lambda *i: pool(*i).astype(dtype), name="max_pool2d_round")
 
     def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
         """Each window's dy goes to its first maximum in row-major order (PyTorch's pick among ties): one

@@ -891,3 +891,64 @@ def test_depthwise_rows_short_of_whole_vectors_take_channels_in_lanes(c, h, k, s
     np.testing.assert_allclose(got[0], want[0], rtol=1e-4, atol=1e-5)
     script = next(iter(compiler.compile(text, "llvm").scheduled.functions.values())).script()
     assert re.search(r"pad\w* = T.sblock_alloc_buffer\(\(\d+, \d+, \d+, \d+, \d+\)", script)
+
+
+# --- channel-blocked parameters (codegen/layout.py) ---------------------------------------------------
+
+
+def _blocks(x: np.ndarray, c: int) -> np.ndarray:
+    n, ch, h, w = x.shape
+    return np.ascontiguousarray(x.reshape(n, ch // c, c, h, w).transpose(0, 1, 3, 4, 2))
+
+
+def _unblocks(x: np.ndarray) -> np.ndarray:
+    n, cb, h, w, c = x.shape
+    return x.transpose(0, 1, 4, 2, 3).reshape(n, cb * c, h, w)
+
+
+BLOCKED_OPS = {  # one op each, lowered as gc lowers it, on x: [2, 32, 9, 9]: (op, weight shape, result shape)
+    "conv": ("graph.conv2d(%x, %w) {padding = [1, 1, 1, 1]}", (32, 32, 3, 3), (2, 32, 9, 9)),
+    "depthwise": ("graph.conv2d(%x, %w) {strides = [2, 2], padding = [1, 1, 1, 1], groups = 32}", (32, 1, 3, 3),
+                  (2, 32, 5, 5)),
+    "pool": ("graph.max_pool2d(%x) {kernel = [3, 3], strides = [2, 2], padding = [1, 1, 1, 1]}", None, (2, 32, 5, 5)),
+    "add": ("graph.add(%x, %w)", (2, 32, 9, 9), (2, 32, 9, 9)),
+}
+
+
+def _lowered(case: str):
+    """(the op's PrimFunc as gc lowers it, its kind, its inputs, the interpreter's result)."""
+    from compiler.codegen.lower import kernels_of, lower_kernel
+    from compiler.interpreter import run as interp
+    from compiler.parser import parse
+
+    op, w_shape, y_shape = BLOCKED_OPS[case]
+    args = "%x: tensor<2x32x9x9xf32>" + (f", %w: tensor<{'x'.join(map(str, w_shape))}xf32>" if w_shape else "")
+    text = f"func @main({args}) -> tensor<{'x'.join(map(str, y_shape))}xf32> {{\n  %y = {op}\n  return %y\n}}\n"
+    module = parse(text, "k.gir")
+    arrays = [rand([int(d) for d in a.type.shape]) for a in module["main"].args]
+    (k,) = kernels_of(module, "main")
+    return lower_kernel(k), k.kind, arrays, interp(module, arrays)[0]
+
+
+@pytest.mark.parametrize("case", ["conv", "depthwise", "pool", "add"])
+@pytest.mark.parametrize("which", ["input", "output", "both"])
+def test_any_blocked_parameters_compute_right_natively_or_not(case: str, which: str) -> None:
+    """`schedule(blocked=...)` stores the given parameters [N, C/c, H, W, c] whatever the rule does: a rule
+    that reads them as blocks says so (`gc.native`), one that does not still computes right (one blocked
+    side of a pool, which takes both or neither, goes through the NCHW schedule)."""
+    from compiler.codegen.layout import Blocked
+
+    prim, kind, arrays, want = _lowered(case)
+    c = lanes("float32")  # the block width the layout gives f32 tensors on this host (8 or 16: 32 channels)
+    ins = ([0, 1] if case == "add" else [0]) if which in ("input", "both") else []
+    outs = [len(prim.params) - 1] if which in ("output", "both") else []
+    scheduled = schedule_cpu.schedule(prim, kind, blocked={i: Blocked(c) for i in ins + outs})
+    fn = llvm_pipeline.compile_cpu(scheduled, llvm_target())[str(prim.attrs["global_symbol"])]
+    args = [aligned(_blocks(a, c) if i in ins else a) for i, a in enumerate(arrays)]
+    out = aligned(np.zeros([int(d) for d in scheduled.params[-1].shape], "float32"))
+    fn(*args, out)
+    got = _unblocks(out) if outs else out
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    native = {int(i) for i in scheduled.attrs.get("gc.native", [])}
+    if which == "both":
+        assert native == set(ins + outs), (scheduled.attrs["gc.schedule"], native)

@@ -78,6 +78,7 @@ def key(text: str, params: dict[str, np.ndarray] | None, options: dict, params_f
 def machine(target: str, arch: str | None) -> dict:
     """What the code is built for. For llvm: GC_CPU's CPU if set, this one's name and every feature cpuid
     reports (llvmlite: without loading TVM, which a cache hit does not need), and the cores."""
+    from compiler.codegen import layout
     from compiler.codegen.target import host_features, make_target, num_cores
 
     if target == "llvm":
@@ -86,9 +87,9 @@ def machine(target: str, arch: str | None) -> dict:
 
             host = str(llvm.get_host_cpu_name())
         except Exception:  # noqa: BLE001 (no llvmlite, or an LLVM without the query)
-            return make_target(target, arch)
+            return {**make_target(target, arch), "blocked_layout": layout.ENABLED}
         # GC_CPU apart from the host's name: built for the host, the features it hides are turned off.
-        return {"kind": "llvm", "gc_cpu": os.environ.get("GC_CPU", ""), "layout": os.environ.get("GC_LAYOUT", ""),
+        return {"kind": "llvm", "gc_cpu": os.environ.get("GC_CPU", ""), "blocked_layout": layout.ENABLED,
                 "host": host,
                 "features": sorted(host_features().items()), "cores": num_cores()}
     import tvm
@@ -136,6 +137,7 @@ def file_digest(path: str) -> str | None:
             return known
     except OSError:
         pass
+    settled = time.time() - max(st.st_mtime, st.st_ctime) > SETTLED_S  # (before reading: the stamp's time)
     h = hashlib.sha256()
     try:
         with open(path, "rb") as f:
@@ -144,7 +146,7 @@ def file_digest(path: str) -> str | None:
     except OSError:
         return None
     digest = h.hexdigest()
-    if time.time() - max(st.st_mtime, st.st_ctime) > SETTLED_S:
+    if settled:
         try:
             from compiler.files import write_atomic
 

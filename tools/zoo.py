@@ -252,7 +252,8 @@ def main(argv: list[str] | None = None) -> int:
         for m in (m for m in models if "error" not in m):
             runs: dict[str, list[dict]] = {f: [] for f in frameworks}
             for r in range(args.rounds):
-                for f in frameworks[r % 3:] + frameworks[: r % 3]:
+                # gc and ONNX Runtime back to back in every round, each first in turn.
+                for f in (frameworks if r % 2 == 0 else frameworks[::-1]):
                     print(f"zoo: {m['name']}: {f} (round {r + 1} of {args.rounds})", file=sys.stderr, flush=True)
                     out = Path(tmp) / f"{m['name']}-{f}-{r}.json"
                     cmd = [sys.executable, __file__, "--worker", f, m["name"], str(out), "--cache", str(cache),
@@ -260,6 +261,8 @@ def main(argv: list[str] | None = None) -> int:
                           (["--profile"] if args.profile and f == "gc" and r == 0 else [])
                     subprocess.run(cmd, env=env)
                     runs[f].append(json.loads(out.read_text()) if out.exists() else {"error": "the worker crashed"})
+            m["round_ratios"] = [g["seconds"] / o["seconds"] for g, o in zip(runs["gc"], runs["ort"])
+                                 if "seconds" in g and "seconds" in o]
             for f, rs in runs.items():
                 ok = [x for x in rs if "seconds" in x]
                 m[f] = {"ms": statistics.median(x["seconds"] for x in ok) * 1e3 if ok else None,
@@ -281,9 +284,8 @@ def main(argv: list[str] | None = None) -> int:
         err = m["gc"]["max_err"]
         # The host's speed drifts between rounds (by up to 2x on a shared VM): the ratio is the median of
         # each round's gc / ORT, the two timed back to back, not the ratio of the medians.
-        pairs = [a / b for a, b in zip(m["gc"]["rounds_ms"], m["ort"]["rounds_ms"])]
-        m["gc_over_ort"] = statistics.median(pairs) if pairs and len(pairs) == len(m["ort"]["rounds_ms"]) else None
-        r = m["gc_over_ort"]
+        pairs = m["round_ratios"]
+        m["gc_over_ort"] = r = statistics.median(pairs) if pairs else None
         rows.append([m["name"], *cells, f"{r:.2f}" if r else "-", str(m["kernels"]),
                      f"{m['compile_s']:.1f}", f"{err:.1e}" if err is not None else "-"])
     print(table(["model", "gc ms", "ONNX Runtime ms", "torch eager ms", "gc / ORT (rounds)", "kernels", "compile s",

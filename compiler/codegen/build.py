@@ -61,11 +61,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     sched = _Scheduler(target, tgt, prims)
     blocked = {}
     if target == "llvm" and layout.ENABLED:
-        def native(k, proposal):
-            prim, took, _ = sched(k, proposal)
-            return took, str(prim.attrs["gc.schedule"]) in ("generic", "none") or "gc.native_all" in prim.attrs
-
-        blocked = layout.assign(module[entry], kernels, native)
+        blocked = layout.assign(module[entry], kernels, lambda k, proposal: sched(k, proposal)[1])
     funcs = {}
     for k in kernels:
         proposal = layout.proposal_of(k, blocked) if blocked else {}

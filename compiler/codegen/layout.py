@@ -63,57 +63,43 @@ def eligible(v: Value) -> int:
     return c if c > 1 and t.shape[1] % c == 0 else 0
 
 
-def assign(f: Func, kernels: list,
-           native: Callable[[object, dict[int, Blocked]], tuple[frozenset[int], bool]]) -> dict[Value, int]:
+def assign(f: Func, kernels: list, native: Callable[[object, dict[int, Blocked]], frozenset[int]]) -> dict[Value, int]:
     """The values of the planned function `f` to store channel-blocked, with their block width.
 
     `kernels` are lower.Kernel objects (their PrimFuncs lowered: `const_ops` known); `native(k, proposal)`
     schedules kernel k with the parameters of `proposal` blocked and returns the parameter positions its
-    rule took natively, and whether it takes them all or none (the generic schedule). Groups a kernel
-    refuses are dropped until every kernel takes what is left."""
+    rule took natively. Groups a kernel refuses are dropped, and every kernel whose proposal changed is
+    asked again (a rule's answer for one parameter may depend on another: a conv whose output stays NCHW
+    may take the pixel tile, which reads its input NCHW), until every kernel takes all it is given. The
+    caller memoizes `native` by proposal: the last answers are the build's schedules."""
     launches = [op for op in f.ops if isinstance(op, Launch)]
     returned = set(f.results)
     read_elsewhere = {v for op in f.ops if not isinstance(op, Launch) for v in op.operands}
-    groups = _storage_groups(f, launches)
-    producer = {v: k for k in kernels for v in k.outputs}
-    pads = {}
-    for k in kernels:
-        for v, p in zip(k.outputs, k.out_pads):
-            pads[v] = p
+    group_of = _storage_groups(f, launches)
+    pads = {v: p for k in kernels for v, p in zip(k.outputs, k.out_pads)}
     candidates: dict[Value, int] = {}
-    for v, k in producer.items():
-        c = eligible(v)
-        p = pads.get(v)
-        if c and v not in returned and v not in read_elsewhere and (p is None or not (p[0] or p[1] or p[4] or p[5])):
-            candidates[v] = c
+    for k in kernels:
+        for v in k.outputs:
+            c, p = eligible(v), pads.get(v)
+            if c and v not in returned and v not in read_elsewhere and (p is None or not (p[0] or p[1] or p[4] or p[5])):
+                candidates[v] = c
     # A group is a candidate only whole, of one block width.
-    for members in groups.values():
+    for members in {id(g): g for g in group_of.values()}.values():
         widths = {candidates.get(v, 0) for v in members}
         if len(widths) != 1 or 0 in widths:
             for v in members:
                 candidates.pop(v, None)
     chosen = dict(candidates)
-    first: dict[int, tuple[dict, frozenset[int]]] = {}
     while True:
-        took: dict[int, frozenset[int]] = {}
-        for k in kernels:
-            proposal = proposal_of(k, chosen)
-            if id(k) not in first:
-                first[id(k)] = (proposal, native(k, proposal) if proposal else (frozenset(), False))
-            # Asked again with fewer blocked parameters, a rule keeps its answer for the rest, except one
-            # that takes all or nothing (the generic schedule): scheduling once a round cost DenseNet-121
-            # 5 s of compile time for the same answers.
-            asked, (answer, whole) = first[id(k)]
-            took[id(k)] = frozenset() if whole and proposal != asked else answer & set(proposal)
         refused = set()
         for k in kernels:
-            for i, v in _positions(k):
-                if v in chosen and i not in took[id(k)]:
-                    refused.add(v)
+            proposal = proposal_of(k, chosen)
+            took = native(k, proposal) if proposal else frozenset()
+            refused.update(v for i, v in _positions(k) if i in proposal and i not in took)
         if not refused:
             return chosen
         for v in refused:
-            for u in groups.get(_group_key(groups, v), [v]):
+            for u in group_of.get(v, [v]):
                 chosen.pop(u, None)
 
 
@@ -144,9 +130,10 @@ def _positions(k) -> list[tuple[int, Value]]:
     return [*enumerate(k.inputs), *((first_out + j, v) for j, v in enumerate(k.outputs))]
 
 
-def _storage_groups(f: Func, launches: list[Launch]) -> dict[object, list[Value]]:
-    """Values that must share a layout, by a key: those of one buffer (a bordered buffer's tensors), and an
-    output with every input of its launch whose arena bytes it overlaps (written in place)."""
+def _storage_groups(f: Func, launches: list[Launch]) -> dict[Value, list[Value]]:
+    """Each value that must share a layout with others -> all of them: those of one buffer (a bordered
+    buffer's tensors), and an output with every input of its launch whose arena bytes it overlaps (written
+    in place)."""
     parent: dict[Value, Value] = {}
 
     def find(v: Value) -> Value:
@@ -177,11 +164,7 @@ def _storage_groups(f: Func, launches: list[Launch]) -> dict[object, list[Value]
             for u in op.inputs:
                 if u in where and where[u][0] is arena and where[u][1] < hi and lo < where[u][2]:
                     union(r, u)
-    groups: dict[object, list[Value]] = {}
+    groups: dict[Value, list[Value]] = {}
     for v in {*parent, *(find(v) for v in parent)}:
         groups.setdefault(find(v), []).append(v)
-    return {k: sorted(vs, key=id) for k, vs in groups.items() if len(vs) > 1}
-
-
-def _group_key(groups: dict[object, list[Value]], v: Value):
-    return next((k for k, vs in groups.items() if v in vs), None)
+    return {v: members for members in groups.values() if len(members) > 1 for v in members}

@@ -57,8 +57,7 @@ def schedule(
 
     `blocked` maps parameter positions to the channel-blocked layout they are stored in (codegen/
     layout.py): those parameters become [N, C/c, H, W, c], strided as given. The attribute `gc.native`
-    lists the positions the schedule reads or writes as blocks (the rest it reads right, but slowly);
-    `gc.native_all` says it took them only together.
+    lists the positions the schedule reads or writes as blocks (the rest it reads right, but slowly).
     """
     relaxed = False
     try:
@@ -75,8 +74,6 @@ def schedule(
             if rule(sch, ctx):
                 block_params(sch, blocked)
                 done = _done(sch, name, relaxed, blocked, [by_name[n] for n in ctx.native])
-                if ctx.all_or_nothing:
-                    done = done.with_attr("gc.native_all", True)
                 return done.with_attr("gc.prepack", ctx.prepack) if ctx.prepack else done
         except Exception:  # noqa: BLE001 (a fast rule that does not fit must never fail the compile)
             pass

@@ -25,15 +25,12 @@ class Context:
     transformed after it (`schedule_cpu.block_params`), whatever the rule did.
     native: filled by the rule with the blocked parameters its schedule reads or writes as blocks (no
     gather along the channels, no pack, no transposing write-back).
-    all_or_nothing: set by a rule whose blocked schedule needs all the parameters it took blocked (a pool
-    iterating channel blocks): with any of them NCHW it takes none natively.
     """
 
     constants: frozenset[str] = frozenset()
     prepack: dict[str, str] = field(default_factory=dict)
     blocked: dict[str, int] = field(default_factory=dict)
     native: set[str] = field(default_factory=set)
-    all_or_nothing: bool = False
 
     def block_of(self, sch: s_tir.Schedule, buf) -> int:
         """The block width of the parameter `buf` (a buffer of the function) if it is stored blocked, else 0."""

@@ -141,7 +141,6 @@ def _blocked(sch: s_tir.Schedule, ctx: Context, order, at: int, ext: list[int]) 
         sch.reorder(o_j, o_c)
         sch.vectorize(o_c)
     ctx.native.update({param_name(sch, x), param_name(sch, y)})
-    ctx.all_or_nothing = True
     return True
 
 

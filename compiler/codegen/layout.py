@@ -81,7 +81,8 @@ def assign(f: Func, kernels: list, native: Callable[[object, dict[int, Blocked]]
     for k in kernels:
         for v in k.outputs:
             c, p = eligible(v), pads.get(v)
-            if c and v not in returned and v not in read_elsewhere and (p is None or not (p[0] or p[1] or p[4] or p[5])):
+            spatial_border = p is None or not (p[0] or p[1] or p[4] or p[5])  # (none on batch or channels)
+            if c and v not in returned and v not in read_elsewhere and spatial_border:
                 candidates[v] = c
     # A group is a candidate only whole, of one block width.
     for members in {id(g): g for g in group_of.values()}.values():

@@ -89,6 +89,13 @@ def schedule(
     return _done(sch, "generic", relaxed, blocked, native)
 
 
+def _width_of(sch: s_tir.Schedule, blocked: Mapping[int, Blocked]):
+    """buffer -> the block width of the blocked parameter it is, 0 for any other buffer."""
+    params = sch.mod["main"].params
+    widths = [(params[i], b.c) for i, b in blocked.items()]
+    return lambda buf: next((c for p, c in widths if p.same_as(buf)), 0)
+
+
 def _choices_by_block(sch: s_tir.Schedule, blocked: Mapping[int, Blocked]) -> s_tir.Schedule:
     """A block choosing its operand by channel (a concat, with what follows it fused) that writes a blocked
     tensor iterates it block by block, and its choices are simplified with the lane's bounds: with every
@@ -102,13 +109,12 @@ def _choices_by_block(sch: s_tir.Schedule, blocked: Mapping[int, Blocked]) -> s_
     if not blocked:
         return sch
     inline_spatial(sch, blocks(sch)[:-1], keep_costly=COSTLY)
-    params = sch.mod["main"].params
-    widths = {params[i]: b.c for i, b in blocked.items()}
+    width_of = _width_of(sch, blocked)
     analyzer, done = Analyzer(), False
     for b in blocks(sch):
         blk = sch.get(b)
         value = getattr(blk.body, "value", None)
-        c = next((w for p, w in widths.items() if p.same_as(blk.writes[0].source)), 0)
+        c = width_of(blk.writes[0].source)
         if not c or value is None or len(sch.get_loops(b)) != 4 or not is_spatial(sch, b):
             continue
         if not any(is_select(x) for x in sub_expressions(value)):
@@ -196,17 +202,15 @@ def _fallback(sch: s_tir.Schedule, blocked: Mapping[int, Blocked]) -> list[int]:
     every block touching one writes a blocked parameter, iterated block by block (an elementwise kernel
     between convs), else none."""
     inline_spatial(sch, blocks(sch)[:-1], keep_costly=COSTLY)
-    params = sch.mod["main"].params
-    widths = {params[i]: b.c for i, b in blocked.items()}
+    width_of = _width_of(sch, blocked)
     native = bool(blocked)
     for b in blocks(sch):
         loops = sch.get_loops(b)
         if not loops:
             continue
         blk = sch.get(b)
-        touched = [r.source for r in (*blk.reads, *blk.writes) if any(r.source.same_as(p) for p in widths)]
-        if touched:
-            c = next((w for p, w in widths.items() if p.same_as(blk.writes[0].source)), 0)
+        if any(width_of(r.source) for r in (*blk.reads, *blk.writes)):
+            c = width_of(blk.writes[0].source)
             if c and is_spatial(sch, b) and not _reads_unblocked(blk) and _blocked_loops(sch, b, c, loops):
                 continue
             native = False
@@ -228,10 +232,10 @@ def _reads_unblocked(blk) -> bool:
 
 
 def _blocked_loops(sch: s_tir.Schedule, b, c: int, loops) -> bool:
-    """A block writing a blocked tensor iterates it block by block: (image, channel block) in parallel, with
-    the rows where no choice of operand depends on them, a pixel's c channels as one vector. An
-    elementwise block is iterated so here; a concat's was by `_choices_by_block`, and is taken only where
-    its choices depend on the channel block alone. False where they do not (nothing changed)."""
+    """A block writing a blocked tensor iterates it block by block: (image, channel block, row) in parallel,
+    a pixel's c channels as one vector. An elementwise block is iterated so here; a concat's was by
+    `_choices_by_block`, and is taken only where its choices depend on the channel block alone. False
+    where they do not (nothing changed)."""
     if len(loops) == 4:
         if any(is_select(x) for x in sub_expressions(sch.get(b).body.value)):
             return False

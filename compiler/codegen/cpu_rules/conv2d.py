@@ -134,10 +134,11 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     # The pixel tile: rows of whole vectors read at stride 1, or 2-4 (contiguous loads and a shuffle);
     # two vectors of a row where they divide it, else one for twice the channels.
     pixel_vectors = 2 if ow % (2 * pixel_vl) == 0 else 1
-    # (Not into a channel-blocked output: its write-back needs no transpose, the channel tile's was the cost.)
+    # An output stored in channel blocks (codegen/layout.py) is written a vector of channels a pixel, no
+    # transpose; the pixel tile, whose cost that transpose was, is not for it.
+    yc = ctx.block_of(sch, sch.get(blocks(sch)[-1]).writes[0].source)
     pixels = (ci * kh * kw <= PIXEL_TILE_REDUCTION and c.col_step is not None and 1 <= c.col_step <= MAX_STRIDE
-              and ow % pixel_vl == 0 and o % (PIXEL_TILE_CHANNELS * 2 // pixel_vectors) == 0
-              and not _blocked_output(sch, ctx, blocks(sch)[-1]))
+              and ow % pixel_vl == 0 and o % (PIXEL_TILE_CHANNELS * 2 // pixel_vectors) == 0 and not yc)
     # Output channels in vectors: whole registers where they divide the channels, else halves or quarters
     # (8 lanes for 24 channels on AVX-512); two vectors a tile where they fit.
     vl = vector_dividing(o, c.dtype)
@@ -158,13 +159,9 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     if pixels:
         _pixel_tile(sch, conv, out, pad, vl, pixel_vectors)
         return True
-    # Channel-blocked neighbours (codegen/layout.py): an input stored in blocks of xc channels is read as
-    # it lies (those blocks are the reduction's); an output stored in blocks is written a vector of
-    # channels a pixel, no transpose.
+    # An input stored in blocks of xc channels is read as it lies (those blocks are the reduction's).
     x_param = sch.get(pad).reads[0].source if pad is not None else c.x_buf
     xc = ctx.block_of(sch, x_param)
-    y_buf = sch.get(out).writes[0].source
-    yc = ctx.block_of(sch, y_buf)
     cb = xc or _divisor(ci, (16, 32, 8, 24, 12, 4, 6, 3, 2))
     # One vector of channels (24 or 1000 channels on AVX-512: 8-lane vectors, one a block) takes twice the
     # pixels, for as many accumulators.
@@ -261,10 +258,6 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     if wp is not None:
         _weightpack_loops(sch, wp, ob, cb, o * ci * kh * kw >= PARALLEL_PACK)
     return True
-
-
-def _blocked_output(sch: s_tir.Schedule, ctx: Context, last) -> bool:
-    return ctx.block_of(sch, sch.get(last).writes[0].source) > 0
 
 
 def _pixel_tile(sch: s_tir.Schedule, conv, out, pad, vl: int, vectors: int) -> None:

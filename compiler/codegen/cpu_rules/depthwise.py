@@ -81,7 +81,8 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     ctx = ctx or Context()
     # Channel-blocked neighbours (codegen/layout.py): an input stored in blocks of vl channels needs no
     # blocked copy (a padding copy at most), an output stored so is written as the accumulators lie.
-    xc = ctx.block_of(sch, sch.get(pad).reads[0].source if pad is not None else x_buf) == vl
+    x_param = sch.get(pad).reads[0].source if pad is not None else x_buf
+    xc = ctx.block_of(sch, x_param) == vl
     yc = ctx.block_of(sch, sch.get(after[-1] if after else conv).writes[0].source) == vl
     # Channels in the lanes where a row fills no whole vectors; at stride 2 only on small maps, where
     # copying the input (4x the output) costs little (144 channels 56 -> 28: 88 -> 181 us blocked).
@@ -89,7 +90,9 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     if blocked and o % vl == 0 and len(before) == (pad is not None) and _one_to_one(sch, conv, x_buf):
         if pad is None and not xc:  # a zero-bordered input (plan-memory's conv-borders): copied blocked as it is
             pad = sch.cache_read(conv, read_index(sch, conv, x_buf), "global")
-        _blocked(sch, conv, pad, x_buf, after[-1] if after else None, ow, vl, ctx)
+        _blocked(sch, conv, pad, x_buf, after[-1] if after else None, ow, vl, ctx, yc)
+        if xc:
+            ctx.native.add(param_name(sch, x_param))
         return True
     # At stride 2 a tap reads every other column: contiguous loads and a shuffle (codegen/llvm_pipeline.py).
     # The input copied with even and odd columns apart, so that each tap read one contiguous vector, was
@@ -128,7 +131,8 @@ def _one_to_one(sch: s_tir.Schedule, conv, x_buf) -> bool:
     return x.indices[1].same_as(o) or is_sum(x.indices[1], o, rc)
 
 
-def _blocked(sch: s_tir.Schedule, conv, pad, x_buf, out, ow: int, vl: int, ctx: Context) -> None:
+def _blocked(sch: s_tir.Schedule, conv, pad, x_buf, out, ow: int, vl: int, ctx: Context,
+             blocked_out: bool = False) -> None:
     """Rows narrower than a vector, or no multiple of one (7x7, 14x14, 28x28: LLVM splits a 7-lane vector
     into 4 + 2 + 1), take channels in the vector lanes instead: the padded input copied to
     [N, C/vl, H, W, vl] (one parallel pass), weights [C/vl, KH, KW, vl], accumulators of a tile of
@@ -140,9 +144,6 @@ def _blocked(sch: s_tir.Schedule, conv, pad, x_buf, out, ow: int, vl: int, ctx: 
     c_buf = sch.get(conv).writes[0].source
     x_read = sch.get(pad).writes[0].source if pad is not None else x_buf
     w_buf = next(r.source for r in sch.get(conv).reads if not r.source.same_as(c_buf) and not r.source.same_as(x_read))
-    x_param = sch.get(pad).reads[0].source if pad is not None else x_buf
-    if ctx.block_of(sch, x_param) == vl:
-        ctx.native.add(param_name(sch, x_param))
     if pad is not None:
         sch.transform_layout(pad, ("write", 0), lambda a, b, h, w: (a, b // vl, h, w, b % vl))
     w_name = param_name(sch, w_buf)
@@ -169,8 +170,7 @@ def _blocked(sch: s_tir.Schedule, conv, pad, x_buf, out, ow: int, vl: int, ctx: 
     init = sch.decompose_reduction(conv, r_c)
     try_vectorize(sch, sch.get_loops(init)[-1], vl)
     sch.reverse_compute_at(out, wo)
-    y_buf = sch.get(out).writes[0].source
-    if ctx.block_of(sch, y_buf) == vl:
+    if blocked_out:  # stored channel-blocked (codegen/layout.py): written as the accumulators lie
         blocked_write_back(sch, out, ctx, vl, vl, px)
     else:
         if heavy_epilogue(sch, out):

@@ -588,3 +588,21 @@ def test_figures_are_bytes_and_the_lower_bound_never_exceeds_the_arena() -> None
     assert s["naive_bytes"] == 3 * 60
     assert s["lower_bound_bytes"] == 60 <= s["arena_bytes"] == 64  # one buffer, written over twice
     assert plan_stats(p["main"], 64)["lower_bound_bytes"] == 64
+
+
+def test_a_lone_ops_constants_enter_its_kernel_in_operand_order() -> None:
+    """plan-memory outlines an op no fused group took, with the constants only it reads; they enter the
+    kernel in the op's operand order (a set's order, the values' ids, made the artifact of one model differ
+    from one compile to the next)."""
+    text = """func @main(%x: tensor<1x8x6x6xf32>) -> tensor<1x4x6x6xf32> {
+  %w = graph.constant() {value = dense<0.5> : tensor<4x8x1x1xf32>}
+  %b = graph.constant() {value = dense<[1.0, 2.0, 3.0, 4.0]> : tensor<4xf32>}
+  %y = graph.conv2d(%x, %w, %b)
+  return %y
+}
+"""
+    for _ in range(5):
+        p = planned(parse(text), "schedule,plan-memory")
+        kernel = next(f for f in p.funcs.values() if f.attrs.get("kernel"))
+        consts = [op.result.type.shape for op in kernel.ops if op.kind == "constant"]
+        assert consts == [(4, 8, 1, 1), (4,)], consts

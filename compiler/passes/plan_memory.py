@@ -113,8 +113,10 @@ def _outline(module: Module, f: Func, taken: set[str]) -> list[Func]:
     for op in list(f.ops):
         if op.kind == "constant" or isinstance(op, Call):
             continue
-        own = {v for v in op.operands if v.owner is not None and v.owner.kind == "constant"
-               and len(uses.get(v, [])) == 1 and v not in f.results}
+        # In operand order (a set's order is the values' ids: the kernel's constants, and so the artifact,
+        # changed from one compile of the same model to the next).
+        own = list(dict.fromkeys(v for v in op.operands if v.owner is not None and v.owner.kind == "constant"
+                                 and len(uses.get(v, [])) == 1 and v not in f.results))
         inner = {v: type(v.owner)([], dict(v.owner.attrs), [v.type], v.owner.loc) for v in own}
         args = {v: Value(v.type, v.name) for v in op.operands if v not in own}
         name = unique_name(op.name.split(".", 1)[-1], taken)

@@ -496,6 +496,27 @@ def test_softmax_rows_match_numpy(rows: int, cols: int) -> None:
     np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-6)
 
 
+@settings(max_examples=25, deadline=None)
+@given(rows=st.integers(1, 6), extra=st.integers(1, 15), chunks=st.integers(2, 13))
+def test_rows_no_vector_divides_reduce_in_vectors_without_reading_past_the_row(rows, extra, chunks) -> None:
+    """Rows of whole vectors and a short last piece (ViT's softmax rows of 197): the partials run in vector
+    lanes (a `_rf` block) and never read the next row, which here holds values that would win the max."""
+    vl = lanes("float32")
+    cols = chunks * vl + extra
+    x, out = softmax_te(rows, cols)
+    v = rand((rows, cols))
+    v[1::2] += 50.0  # every other row far larger: an overread of the row before changes its max and sum
+    prim = te.create_prim_func([x, out])
+    assert "max_rf" in schedule_cpu.schedule(prim, "reduction", ()).script()
+    got, rule = run([x, out], "reduction", v)
+    e = np.exp(v.astype(np.float64) - v.max(axis=1, keepdims=True))
+    assert rule == "rows"
+    np.testing.assert_allclose(got, e / e.sum(axis=1, keepdims=True), rtol=1e-4, atol=1e-6)
+    for reduce_te, reduce_np in ((topi.sum, np.sum), (topi.max, np.max)):
+        got, _ = run([x, reduce_te(x, axis=1)], "reduction", v)
+        np.testing.assert_allclose(got, reduce_np(v, axis=1), rtol=1e-4, atol=1e-3)
+
+
 def test_softmax_keeps_infinities_and_nan_rows() -> None:
     x, out = softmax_te(3, 16)
     v = rand((3, 16))

@@ -100,9 +100,9 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     dtype = str(sch.get(out).writes[0].source.dtype)
     vl = lanes(dtype)
     # rfactor before any compute_at: it wants the reduction block first under its outermost loop.
-    partials = [_rfactor(sch, r, rows, vl) for r in reductions if not _same(sch, r, out)]
+    partials = [(_reduced(sch, r), _rfactor(sch, r, rows, vl)) for r in reductions if not _same(sch, r, out)]
     if not is_spatial(sch, out):
-        partials.append(_rfactor(sch, out, rows, vl))
+        partials.append((_reduced(sch, out), _rfactor(sch, out, rows, vl)))
     loops = sch.get_loops(out)
     row = sch.fuse(*loops[:rows]) if rows > 1 else loops[0]
     n_rows = extent(sch, row) or 1
@@ -112,8 +112,9 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     sch.parallel(ro)
     for b in reversed(blocks(sch)[:-1]):
         sch.compute_at(b, ri)
-    for rf in partials:
+    for n, rf in partials:
         if rf is not None:
+            _restore_predicate(sch, rf, n)
             _vectorize_partial(sch, rf, vl)
     for b in blocks(sch)[:-1]:  # stages kept as row buffers
         if is_spatial(sch, b) and len(sch.get_loops(b)) > 2:
@@ -236,8 +237,13 @@ def _rfactor(sch: s_tir.Schedule, r, rows: int, vl: int):
     n = extent(sch, k) or 0
     # One vector of partials: 2 or 4 (independent add chains) measured no faster on softmax rows.
     ki = next((d for d in range(vl, 1, -1) if n % d == 0 and n >= 2 * d), None)
-    if ki is None:
-        return None
+    if ki is None or ki < vl // 2:
+        # No vector (or half of one) divides the row (softmax rows of 197: one element at a time, 4x
+        # slower): whole vectors and a predicated last one. compute_at drops the partial block's
+        # predicate; `restore_predicates` puts it back once the block sits under its row.
+        if n < 2 * vl:
+            return None
+        ki = vl
     ko, kin = sch.split(k, [None, ki])
     try:
         rf = sch.rfactor(kin, rows)
@@ -248,6 +254,29 @@ def _rfactor(sch: s_tir.Schedule, r, rows: int, vl: int):
     n = len(sch.get(rf).iter_vars)
     sch.reorder_block_iter_var(rf, [*range(1, n), 0])
     return rf
+
+
+def _restore_predicate(sch: s_tir.Schedule, rf, n: int) -> None:
+    """A partial block over a padded row (the reduction's extent no multiple of its lanes) gets its bound
+    back, `chunk * lanes + lane < n`, in the loop variables compute_at gave it: compute_at rebuilds the
+    block's realize from its iteration domain and drops the predicate rfactor had kept, so the last
+    vector would read past the row. The chunk loop is marked for partitioning, so only the last chunk is
+    predicated (and scalar); the others stay whole vectors."""
+    loops = sch.get_loops(rf)
+    inner = sch.get(loops[-1])
+    realize = inner.body
+    blk = realize.block
+    ivs = list(blk.iter_vars)
+    lane, chunk = len(ivs) - 1, next(n for n, iv in enumerate(ivs) if iv.iter_type == REDUCE)
+    vl, chunks = int(ivs[lane].dom.extent), int(ivs[chunk].dom.extent)
+    if n >= vl * chunks:
+        return
+    values = realize.iter_values
+    bound = values[chunk] * vl + values[lane] < n
+    new = tirx.For(inner.loop_var, inner.min, inner.extent, inner.kind, s_tir.SBlockRealize(values, bound, blk),
+                   inner.thread_binding, inner.annotations)
+    sch.state.replace(sch.get_sref(loops[-1]), new, {blk: blk})
+    sch.annotate(loops[-2], "pragma_loop_partition_hint", 1)
 
 
 def _vectorize_partial(sch: s_tir.Schedule, rf, vl: int) -> None:

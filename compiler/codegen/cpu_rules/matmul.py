@@ -299,15 +299,18 @@ def _tile(sch: s_tir.Schedule, e: Einsum, p: Plan, prepacked: bool = False) -> N
     j0, j1, j2 = sch.split(j, [None, p.nt // p.ni, p.ni])
     k0, k1 = sch.split(k, [None, p.kt])
     mid = {"kin": [i1, j1, k0, k1], "kout": [k0, i1, j1, k1], "gemv": [k0, i1, k1, j1]}[p.order]
-    sch.reorder(*bl, i0, j0, *mid, i2, j2)
+    # Column blocks outermost: the tasks of one block of B run one after the other on a core, so B (a
+    # layer's weights, cold in a call) comes from memory once and then from L2 for every row block
+    # (ViT-B/16 0.96x the row-block-outer order, on Zen 4).
+    sch.reorder(*bl, j0, i0, *mid, i2, j2)
 
     vl = lanes(e.dtype)
     if p.pack and not prepacked:
         _pack(sch, c, e, p, k0 if p.order == "kout" else None, before, vl)
     if _a_is_transposed(e) and p.np_ > p.ni:  # A is read once per panel of B: with one, packing only costs
         _pack_a(sch, c, e, p, before, vl)
-    sch.reverse_compute_at(out, j1 if p.order == "kin" else j0)
-    sch.parallel(sch.fuse(*bl, i0, j0))
+    sch.reverse_compute_at(out, j1 if p.order == "kin" else i0)
+    sch.parallel(sch.fuse(*bl, j0, i0))
     sch.unroll(i2)
     if p.order == "gemv":
         sch.unroll(j1)

@@ -8,7 +8,6 @@ activations stay near unit size through deep nets.
 from __future__ import annotations
 
 import math
-import zipfile
 
 import numpy as np
 
@@ -17,13 +16,18 @@ from compiler.ir import DType, Func, Module, Value
 
 
 def load_npz(path: str) -> dict[str, np.ndarray]:
-    """The arrays of an .npz; bf16 ones (which .npy stores as raw 2-byte voids, '|V2') come back as bf16."""
+    """The arrays of an .npz; bf16 ones (which .npy stores as raw 2-byte voids, '|V2') come back as bf16.
+    The file is untrusted: whatever NumPy, zipfile or zlib raise on a damaged one becomes one diagnostic."""
     try:
         data = np.load(path, allow_pickle=False)
-    except (OSError, zipfile.BadZipFile) as e:
-        raise GCError(f"cannot read {path}: {getattr(e, 'strerror', None) or e}") from None
+    except OSError as e:
+        raise GCError(f"cannot read {path}: {e.strerror or e}") from None
+    except EOFError:
+        raise GCError(f"cannot read {path}: the file is empty") from None
     except ValueError:  # NumPy's guess for bytes it cannot place is "pickled data"
         raise GCError(f"cannot read {path}: not an .npz file (np.savez writes one)") from None
+    except Exception as e:  # noqa: BLE001 (a damaged zip directory: BadZipFile, NotImplementedError, ...)
+        raise GCError(f"cannot read {path}: a damaged .npz file ({_why(e)})") from None
     if not isinstance(data, np.lib.npyio.NpzFile):  # an .npy: one array, no names
         raise GCError(f"{path} holds one unnamed array (an .npy file); give an .npz keyed by argument name, "
                       "e.g. np.savez('in.npz', x=x)")
@@ -32,9 +36,19 @@ def load_npz(path: str) -> dict[str, np.ndarray]:
         for k in data.files:
             try:
                 arrays[k] = data[k]
-            except ValueError:
-                raise GCError(f"{path}: '{k}' is an array of Python objects, not numbers") from None
+            except ValueError as e:
+                if "allow_pickle" in str(e):
+                    raise GCError(f"{path}: '{k}' is an array of Python objects, not numbers") from None
+                raise GCError(f"{path}: '{k}' is damaged ({_why(e)})") from None
+            except MemoryError:
+                raise GCError(f"{path}: '{k}' claims more elements than memory holds") from None
+            except Exception as e:  # noqa: BLE001 (cut short, bad CRC, bad deflate stream, ...)
+                raise GCError(f"{path}: '{k}' is damaged ({_why(e)})") from None
     return restore_bf16(arrays)
+
+
+def _why(e: Exception) -> str:
+    return str(e).splitlines()[0][:200] if str(e) else type(e).__name__
 
 
 def castable(have: np.dtype, want: np.dtype) -> bool:

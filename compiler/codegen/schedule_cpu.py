@@ -19,6 +19,7 @@ from compiler.codegen.cpu_rules import conv2d, depthwise, matmul, pool, reductio
 from compiler.codegen.cpu_rules.common import Context, extent
 from compiler.codegen.layout import Blocked
 from compiler.codegen.sblocks import (
+    Schedule,
     blocks,
     inline_spatial,
     is_select,
@@ -68,7 +69,7 @@ def schedule(
     blocked = dict(blocked or {})
     by_name = {str(prim.params[i].name): i for i in blocked}
     for name, rule in RULES.get(kind, []):
-        sch = s_tir.Schedule(prim)
+        sch = Schedule(prim)
         ctx = Context(frozenset(constants), blocked={n: blocked[i].c for n, i in by_name.items()})
         try:
             if rule(sch, ctx):
@@ -77,13 +78,13 @@ def schedule(
                 return done.with_attr("gc.prepack", ctx.prepack) if ctx.prepack else done
         except Exception:  # noqa: BLE001 (a fast rule that does not fit must never fail the compile)
             pass
-    sch = s_tir.Schedule(prim)
+    sch = Schedule(prim)
     try:
         block_params(sch, blocked)
         sch = _choices_by_block(sch, blocked)
         native = _fallback(sch, blocked)
     except Exception:  # noqa: BLE001 (the loop nest as written still compiles, just slowly)
-        sch = s_tir.Schedule(prim)
+        sch = Schedule(prim)
         block_params(sch, blocked)
         return _done(sch, "none", relaxed, blocked, [])
     return _done(sch, "generic", relaxed, blocked, native)
@@ -129,7 +130,7 @@ def _choices_by_block(sch: s_tir.Schedule, blocked: Mapping[int, Blocked]) -> s_
     def simplify(call):
         return tirx.if_then_else(analyzer.simplify(call.args[0]), *call.args[1:]) if is_select(call) else call
 
-    return s_tir.Schedule(tvm_ffi.structural_map(sch.mod["main"], [(Call, simplify)]))
+    return Schedule(tvm_ffi.structural_map(sch.mod["main"], [(Call, simplify)]))
 
 
 def block_params(sch: s_tir.Schedule, blocked: Mapping[int, Blocked]) -> None:

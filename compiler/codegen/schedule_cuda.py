@@ -20,7 +20,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
 from tvm.target import Target
 
-from compiler.codegen.sblocks import blocks, inline_spatial, leading_spatial_loops
+from compiler.codegen.sblocks import Schedule, blocks, inline_spatial, leading_spatial_loops
 
 
 def _kernel_compiler() -> None:
@@ -210,7 +210,7 @@ def _grid(prim: tirx.PrimFunc) -> tirx.PrimFunc:
     loops (reduction loops stay serial inside the thread); a stage that resists gets one thread."""
     if prim.body.block.name_hint != "root":  # one opaque stage (an extern such as cumsum): no loops to bind
         return _one_thread(prim)
-    sch = s_tir.Schedule(prim)
+    sch = Schedule(prim)
     inline_spatial(sch, blocks(sch)[:-1])
     for b in blocks(sch):
         try:
@@ -226,7 +226,7 @@ def _localize(prim: tirx.PrimFunc) -> tirx.PrimFunc:
     Right only for schedules that run each output point of that stage in one thread, start to end."""
     if prim.body.block.name_hint != "root":
         return prim
-    sch = s_tir.Schedule(prim)
+    sch = Schedule(prim)
     bs = blocks(sch)
     users: dict[str, set[int]] = {}
     for i, b in enumerate(bs):

@@ -362,6 +362,12 @@ class Op:
         """The function this op runs (graph.call's callee, exec.launch's kernel), else None."""
         return None
 
+    def operand_offsets(self) -> list[int] | None:
+        """Where each operand lies in the result, in bytes from its start, when the result is the operands
+        laid end to end in row-major order (a concat along an axis with only 1s before it); else None.
+        The memory planner then has each operand's producer write it there, and the op copies nothing."""
+        return None
+
     def padded_operand(self, index: int) -> tuple[int, ...] | None:
         """The zero padding (top, left, bottom, right) the op adds around operand `index` before reading it,
         if it may read it from a zero-bordered buffer in place instead (conv2d's input); else None."""

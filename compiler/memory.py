@@ -265,7 +265,8 @@ def _check(module: Module, f: Func) -> list[str]:
             lo, hi = where[d]
             for k, v in enumerate(ins):
                 a, b = where.get(v, (0, 0))
-                if a < hi and lo < b and not ((a, b) == (lo, hi) and _in_place_ok(module, op, k)):
+                if (a < hi and lo < b and not ((a, b) == (lo, hi) and _in_place_ok(module, op, k))
+                        and not _at_its_place(module, op, k, a - lo, b - a)):
                     problems.append(f"{_at(op)}: writes bytes [{lo}, {hi}) over its own input %{v.name or '?'} "
                                     f"[{a}, {b}), which a kernel may do only where it reads that input element "
                                     "for element")
@@ -317,6 +318,61 @@ def _in_place_ok(module: Module, op: Op, index: int) -> bool:
     if op.name != "exec.launch" or op.kernel.name not in module:
         return False
     return writes_in_place_over(module[op.kernel.name], index)
+
+
+def _tiled(ins: list[Value], where: dict, span, blocks: dict, last: dict, step: int) -> bool:
+    """The inputs lie end to end exactly over `span` and die at `step`: one buffer with the output."""
+    spans = [where.get(v) for v in ins]
+    if not ins or not isinstance(span, tuple) or not all(isinstance(s, tuple) for s in spans):
+        return False
+    ends = [span[0]] + [s[1] for s in spans]
+    return (all(s[0] == e for s, e in zip(spans, ends)) and ends[-1] == span[1]
+            and all(v in blocks and last.get(v) == step for v in ins))
+
+
+def _at_its_place(module: Module, op: Op, index: int, offset: int, size: int) -> bool:
+    """The launch's input `index` already lies where its kernel puts it in the result (a concat's
+    operand its producer wrote into the concat's bytes): the kernel copies it onto itself."""
+    kernel = _lone_op(module, op)
+    offsets = kernel.operand_offsets() if kernel is not None else None
+    if offsets is None or index >= len(offsets) or offsets[index] != offset:
+        return False
+    return size == op.operands[index].type.nbytes
+
+
+def _lone_op(module: Module, op: Op) -> Op | None:
+    """The one op of the kernel `op` launches, its operands the kernel's arguments in order, else None."""
+    if op.name != "exec.launch" or op.kernel.name not in module:
+        return None
+    kernel = module[op.kernel.name]
+    ops = [o for o in kernel.ops if o.kind != "constant"]
+    if len(ops) != 1 or ops[0].operands != kernel.args or kernel.results != ops[0].results:
+        return None
+    return ops[0]
+
+
+def copies_nothing(module: Module, f: Func) -> set[Op]:
+    """The launches of planned `f` whose every input already lies where the kernel puts it in its one
+    result, in the same arena (a concat whose operands' producers wrote into its bytes): nothing to run."""
+    where: dict[Value, tuple[Value, int]] = {}  # value -> (arena, offset)
+    out = set()
+    for op in f.ops:
+        if op.name == "mem.view":
+            where[op.result] = (op.operands[0], op.offset)
+        elif op.name == "exec.launch":
+            n = len(op.results)
+            ins, dests = op.operands[: len(op.operands) - n], op.operands[len(op.operands) - n :]
+            for d, r in zip(dests, op.results):
+                if d in where:
+                    where[r] = where[d]
+            lone = _lone_op(module, op)
+            offsets = lone.operand_offsets() if lone is not None and n == 1 else None
+            if offsets is None or dests[0] not in where or not ins:
+                continue
+            arena, base = where[dests[0]]
+            if all(v in where and where[v] == (arena, base + o) for v, o in zip(ins, offsets)):
+                out.add(op)
+    return out
 
 
 def _at(op: Op) -> str:
@@ -387,7 +443,14 @@ def plan_stats(f: Func, unit: int = 1) -> dict[str, int]:
             where[r] = where[d]
             end = max(i, last.get(r, i))
             donor = next((v for v in ins if v in blocks and where.get(v) == where[d] and last.get(v) == i), None)
-            if donor is not None:
+            if len(ins) > 1 and _tiled(ins, where, where[d], blocks, last, i):  # a concat's operands in its bytes
+                b = blocks[ins[0]]
+                others = {id(blocks[v]) for v in ins[1:]} - {id(b)}
+                b.size, b.start, b.end = max(b.size, size), min(blocks[v].start for v in ins), max(b.end, end)
+                for w, wb in blocks.items():
+                    if id(wb) in others:
+                        blocks[w] = b
+            elif donor is not None:
                 b = blocks[donor]
                 b.size, b.end = max(b.size, size), max(b.end, end)
             else:

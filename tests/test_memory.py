@@ -21,7 +21,17 @@ from compiler.diagnostics import GCError
 from compiler.inputs import random_inputs
 from compiler.interpreter import run
 from compiler.ir import Func, Module
-from compiler.memory import SKEW, Block, check_plan, lower_bound, peak_bytes, place, plan_stats, writes_in_place_over
+from compiler.memory import (
+    SKEW,
+    Block,
+    check_plan,
+    copies_nothing,
+    lower_bound,
+    peak_bytes,
+    place,
+    plan_stats,
+    writes_in_place_over,
+)
 from compiler.parser import parse, parse_file
 from compiler.passes.schedule import choose_order
 from compiler.pipeline import run_pipeline
@@ -149,7 +159,8 @@ def test_random_dags_plan_soundly_within_5_percent_of_the_lower_bound(m: Module,
     if fuse:
         run_pipeline(m, "fuse")
     file_order = peak_bytes(m["main"], align=64)
-    p = planned(m, f"schedule{{policy={policy}}},plan-memory{{in-place-epilogues={str(epilogues).lower()}}}")
+    flag = str(epilogues).lower()  # concat views ride along: both change which bytes a kernel may write
+    p = planned(m, f"schedule{{policy={policy}}},plan-memory{{in-place-epilogues={flag},concat-views={flag}}}")
     check_plan(p, p["main"])
     stats = plan_stats(p["main"], 64)  # in the units the arena allocates: tiny tensors take 64 bytes
     assert stats["lower_bound_bytes"] <= file_order
@@ -388,6 +399,14 @@ func @sum(%a: tensor<16xf32>, %b: tensor<16xf32>) -> tensor<16xf32> attributes {
   %r = graph.add(%a, %b) : tensor<16xf32>
   return %r
 }
+func @cat(%a: tensor<16xf32>, %b: tensor<16xf32>) -> tensor<32xf32> attributes {kernel = true} {
+  %r = graph.concat(%a, %b) {axis = 0} : tensor<32xf32>
+  return %r
+}
+func @half(%a: tensor<32xf32>) -> tensor<16xf32> attributes {kernel = true} {
+  %r = graph.slice(%a) {starts = [0], ends = [16]} : tensor<16xf32>
+  return %r
+}
 func @rev(%a: tensor<16xf32>) -> tensor<16xf32> attributes {kernel = true} {
   %r = graph.slice(%a) {starts = [15], ends = [-17], steps = [-1]} : tensor<16xf32>
   return %r
@@ -433,8 +452,18 @@ def broken(body: str, size: int = 256, align: int = 64) -> str:
   %2 = mem.alloc() : tensor<16xf32>
   %c = exec.launch(%a, %2) {kernel = @ex, stream = 1} : tensor<16xf32>
   return %c""", "with no event after launch of @ex"),
+        # A concat may find its operands already in its bytes, but each at its own place only.
+        ("""  %0 = mem.view(%arena) {offset = 64} : tensor<16xf32>
+  %a = exec.launch(%x, %0) {kernel = @ex} : tensor<16xf32>
+  %1 = mem.view(%arena) {offset = 0} : tensor<16xf32>
+  %b = exec.launch(%x, %1) {kernel = @ex} : tensor<16xf32>
+  %2 = mem.view(%arena) {offset = 0} : tensor<32xf32>
+  %c = exec.launch(%a, %b, %2) {kernel = @cat} : tensor<32xf32>
+  %3 = mem.alloc() : tensor<16xf32>
+  %d = exec.launch(%c, %3) {kernel = @half} : tensor<16xf32>
+  return %d""", "writes bytes [0, 128) over its own input %a"),
     ],
-    ids=["overlap", "read-before-write", "not-elementwise-in-place", "stream-race"],
+    ids=["overlap", "read-before-write", "not-elementwise-in-place", "stream-race", "concat-operands-swapped"],
 )
 def test_plan_checker_reports_unsound_plans(body: str, message: str) -> None:
     m = parse(broken(body), "broken.gir")
@@ -452,6 +481,98 @@ def test_plan_checker_accepts_the_same_plan_with_an_event() -> None:
   %c = exec.launch(%a, %2) {kernel = @ex, stream = 1} : tensor<16xf32>
   return %c"""), "ok.gir")
     check_plan(m, m["main"])
+
+
+def test_plan_checker_accepts_concat_operands_at_their_places_and_the_interpreter_agrees() -> None:
+    m = parse(broken("""  %0 = mem.view(%arena) {offset = 0} : tensor<16xf32>
+  %a = exec.launch(%x, %0) {kernel = @ex} : tensor<16xf32>
+  %1 = mem.view(%arena) {offset = 64} : tensor<16xf32>
+  %b = exec.launch(%a, %1) {kernel = @ex} : tensor<16xf32>
+  %2 = mem.view(%arena) {offset = 0} : tensor<32xf32>
+  %c = exec.launch(%a, %b, %2) {kernel = @cat} : tensor<32xf32>
+  %3 = mem.alloc() : tensor<16xf32>
+  %d = exec.launch(%c, %3) {kernel = @half} : tensor<16xf32>
+  return %d"""), "ok.gir")
+    check_plan(m, m["main"])
+    assert [op.kernel.name for op in copies_nothing(m, m["main"])] == ["cat"]
+    x = np.linspace(-1, 1, 16, dtype=np.float32)
+    np.testing.assert_allclose(run(m, {"x": x})[0], np.exp(x), rtol=1e-6)
+
+
+FIRE = """
+// SqueezeNet's fire module: squeeze, two expands, their concat, and a conv reading it.
+func @main(%x: tensor<BATCHx32x13x13xf32>, %ws: tensor<16x32x1x1xf32>, %w1: tensor<32x16x1x1xf32>,
+           %w3: tensor<32x16x3x3xf32>, %wn: tensor<16x64x1x1xf32>) -> tensor<BATCHx16x13x13xf32> {
+  %s = graph.conv2d(%x, %ws)
+  %sr = graph.relu(%s)
+  %a = graph.conv2d(%sr, %w1)
+  %ar = graph.relu(%a)
+  %b = graph.conv2d(%sr, %w3) {padding = [1, 1, 1, 1]}
+  %br = graph.relu(%b)
+  %c = graph.concat(%ar, %br) {axis = 1}
+  %y = graph.conv2d(%c, %wn)
+  return %y
+}
+"""
+
+
+def _fire_plan(text: str, views: bool = True) -> tuple[Module, list[np.ndarray], list[np.ndarray]]:
+    m = parse(text, "fire.gir")
+    inputs = random_inputs(m["main"], 0, m)
+    expected = run(m, inputs)
+    flag = str(views).lower()
+    p = planned(parse(text, "fire.gir"), GRAPH + f",schedule,plan-memory{{align=64,conv-borders=true,"
+                f"in-place-epilogues=true,concat-views={flag}}}")
+    check_plan(p, p["main"])
+    return p, inputs, expected
+
+
+def test_concat_operands_are_written_into_the_concat_and_the_concat_copies_nothing() -> None:
+    p, inputs, expected = _fire_plan(FIRE.replace("BATCH", "1"))
+    f = p["main"]
+    views = {op.results[0].name: op.operands[-1].owner.offset for op in f.ops
+             if op.name == "exec.launch" and op.operands[-1].owner.name == "mem.view"}
+    cat = next(op for op in f.ops if op.name == "exec.launch" and op.kernel.name.startswith("concat"))
+    a, b = cat.operands[:2]
+    assert views[a.name] == views[cat.results[0].name] and views[b.name] == views[a.name] + a.type.nbytes
+    assert copies_nothing(p, f) == {cat}
+    for want, got in zip(expected, run(p, inputs)):
+        close(want, got)
+    stats, copied = plan_stats(f), plan_stats(_fire_plan(FIRE.replace("BATCH", "1"), views=False)[0]["main"])
+    assert stats["lower_bound_bytes"] <= stats["arena_bytes"] <= copied["arena_bytes"]
+    assert stats["naive_bytes"] == copied["naive_bytes"]
+    # Compiled: no step runs the concat, and the values are the interpreter's.
+    text = FIRE.replace("BATCH", "1")
+    model = compiler.compile(text, "llvm", cache=False)
+    assert not any(c.get("kernel", "").startswith("concat") for c in model.plan["calls"])
+    assert_outputs(model(**inputs), expected, rtol=2e-5, atol=2e-5 * max(float(np.abs(w).max()) for w in expected))
+
+
+@pytest.mark.parametrize("change", ["batch 2", "operand returned", "operand read twice", "result returned",
+                                    "operand an argument", "unaligned"])
+def test_concats_whose_operands_cannot_lie_in_place_still_copy(change: str) -> None:
+    text = FIRE.replace("BATCH", "2" if change == "batch 2" else "1")
+    if change == "operand returned":
+        text = text.replace("-> tensor<1x16x13x13xf32>", "-> (tensor<1x16x13x13xf32>, tensor<1x32x13x13xf32>)")
+        text = text.replace("return %y", "return %y, %ar")
+    elif change == "operand read twice":
+        text = text.replace("  %y = graph.conv2d(%c, %wn)", "  %y0 = graph.conv2d(%c, %wn)\n"
+                            "  %t = graph.slice(%ar) {starts = [0], ends = [16], axes = [1]}\n"
+                            "  %y = graph.add(%y0, %t)")
+    elif change == "result returned":
+        text = text.replace("-> tensor<1x16x13x13xf32>", "-> (tensor<1x16x13x13xf32>, tensor<1x64x13x13xf32>)")
+        text = text.replace("return %y", "return %y, %c")
+    elif change == "operand an argument":
+        text = text.replace("%x: tensor<1x32x13x13xf32>,", "%x: tensor<1x32x13x13xf32>, %z: tensor<1x32x13x13xf32>,")
+        text = text.replace("graph.concat(%ar, %br)", "graph.concat(%z, %br)")
+    elif change == "unaligned":  # 3 x 5 x 5 floats: 300 bytes, no multiple of 64
+        text = FIRE.replace("BATCH", "1").replace("13x13", "5x5").replace("32x16x1x1", "3x16x1x1")
+        text = text.replace("tensor<16x64x1x1xf32>", "tensor<16x35x1x1xf32>")
+    p, inputs, expected = _fire_plan(text)
+    cat = [op for op in p["main"].ops if op.name == "exec.launch" and op.kernel.name.startswith("concat")]
+    assert len(cat) == 1 and not copies_nothing(p, p["main"])
+    for want, got in zip(expected, run(p, inputs)):
+        close(want, got)
 
 
 def test_overlapping_plan_computes_wrong_numbers_on_the_interpreter_too() -> None:

@@ -13,7 +13,7 @@ from compiler.codegen.runtime import CompiledModel
 from compiler.codegen.target import make_target, num_cores
 from compiler.diagnostics import GCError
 from compiler.ir import DType, Module, Value
-from compiler.memory import is_planned, peak_bytes, plan_stats
+from compiler.memory import copies_nothing, is_planned, peak_bytes, plan_stats
 from compiler.stats import op_flops
 from dialects.exec import Copy, Launch, Signal, Wait
 from dialects.mem import Alloc, Arena, View, padded_shape
@@ -40,9 +40,11 @@ def plan_module(module: Module, target: str = "llvm", entry: str = "main", *, co
     # schedules stage inputs through shared memory anyway. The CPU schedules write a conv or matmul
     # result tile by tile, reading an epilogue operand just where they write, so the result may go over
     # it (tested against the interpreter; on CUDA that is not verified on a GPU yet).
+    # Concats' operands written in place: on the CPU (assign-streams would have to order a concat's
+    # readers after every operand's producer).
     cpu = "true" if target == "llvm" else "false"
     run_pipeline(module, f"schedule,plan-memory{{align={ALIGN[target]},concurrent={flag},conv-borders={cpu},"
-                         f"in-place-epilogues={cpu}}}{streams}")
+                         f"in-place-epilogues={cpu},concat-views={cpu}}}{streams}")
     return file_order_bound
 
 
@@ -185,6 +187,7 @@ def _plan(module: Module, entry: str, kernels: list[Kernel],
     whole: dict[Value, int] = {}  # a bordered value -> the slot of its whole padded buffer
     consts: dict[str, np.ndarray] = {}
     by_output = {v: k for k in kernels for v in k.outputs}
+    idle = copies_nothing(module, f)
 
     def add(v: Value, kind: str, **extra) -> int:
         slot[v] = len(buffers)
@@ -233,8 +236,8 @@ def _plan(module: Module, entry: str, kernels: list[Kernel],
                 if d in whole:
                     whole[r] = whole[d]
             k = by_output.get(op.results[0])
-            if k is None:
-                continue  # every output is empty: nothing to compute
+            if k is None or op in idle:
+                continue  # every output is empty, or every input lies where it would copy it: nothing to run
             tags = k.prepack
             inner = [const(c, tags.get(i)) for i, c in enumerate(k.const_ops)]
             ins = [whole[v] if view == "whole" else slot[v]

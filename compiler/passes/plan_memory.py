@@ -24,6 +24,12 @@ Output: the same function in the `mem`/`exec` dialects:
   (`mem.alloc {pads = [0, 0, 1, 1, 0, 0, 1, 1]}`); its producer writes the interior, and the
   convolution reads the bordered whole in place instead of copying its input padded on every call.
   The border is never written, so it stays zero from one call to the next.
+- `concat-views` (on in the CPU build): where a concat's result is its operands laid end to end (one
+  image, channels joined: `Op.operand_offsets`), each operand's producer writes straight into its place
+  in the concat's bytes, and the concat's launch, left in the plan, copies each operand onto itself:
+  the builder drops it (`compiler.memory.copies_nothing`). Every operand must be an intermediate a kernel
+  writes, read by that concat alone, at an aligned offset; the concat's result an intermediate of the
+  arena (not bordered, not returned).
 - Arguments and constants stay where they are; each result gets a buffer of its own (`mem.alloc`) that
   the caller owns, written by the launch that computes it (or `exec.copy` for a returned argument,
   constant, or a value returned twice).
@@ -58,6 +64,8 @@ class PlanMemory(Pass):
         "help": "share bytes only between tensors ordered by data dependence, so that independent branches "
                 "may run at once (for assign-streams)"})
 
+    concat_views: bool = field(default=False, metadata={
+        "help": "let the producers of a concat's operands write into the concat's bytes (no copy)"})
     conv_borders: bool = field(default=False, metadata={
         "help": "give the input of a padded conv2d a zero-bordered buffer of its own, read in place"})
 
@@ -79,7 +87,8 @@ class PlanMemory(Pass):
             order += kernels
             borders = _borders(module, f) if self.conv_borders else {}
             in_place = _InPlace(self.in_place, self.in_place_epilogues)
-            stats = _plan(module, f, self.align, in_place, self.concurrent, borders)
+            views = self.concat_views and not self.concurrent
+            stats = _plan(module, f, self.align, in_place, self.concurrent, borders, views)
             self.stats.update(stats)
         module.funcs = {f.name: f for f in order}
         for f in module:
@@ -170,7 +179,7 @@ class _InPlace:
 
 
 def _plan(module: Module, f: Func, align: int, in_place: _InPlace, concurrent: bool,
-          borders: dict[Value, tuple[int, ...]]) -> dict[str, int]:
+          borders: dict[Value, tuple[int, ...]], concat_views: bool = False) -> dict[str, int]:
     steps = [op for op in f.ops if op.kind != "constant"]
     every = lifetimes(f, steps, align)
     donors = _border_donors(module, steps, borders, every, in_place) if borders and not concurrent else {}
@@ -180,10 +189,22 @@ def _plan(module: Module, f: Func, align: int, in_place: _InPlace, concurrent: b
     lts = [lt for lt in every if lt.value not in borders]
     life = {lt.value: lt for lt in lts}
     order = _Order(steps) if concurrent else None
-    # Storage blocks: one per tensor, except that an in-place output joins its input's block.
+    parts = _concat_parts(module, f, steps, life, align) if concat_views else {}
+    # A concat's bytes are live from the first of its operands' writes (they write into them).
+    first = {}
+    for v in parts:
+        root = _root(v, parts)
+        first[root] = min(first.get(root, life[root].start), life[v].start)
+    # Storage blocks: one per tensor, except that an in-place output joins its input's block, and a
+    # concat's operands lie in the concat's.
     block_of: dict[Value, Block] = {}
     joined = 0
     for lt in lts:
+        if lt.value in parts:
+            continue
+        if lt.value in first:
+            block_of[lt.value] = Block(lt.size, first[lt.value], lt.end, members=[lt.value])
+            continue
         donor = (_donor(module, lt.value.owner, life, block_of, order, in_place.epilogues)
                  if in_place.elementwise else None)
         if donor is not None:
@@ -194,6 +215,12 @@ def _plan(module: Module, f: Func, align: int, in_place: _InPlace, concurrent: b
             joined += 1
         else:
             block_of[lt.value] = Block(lt.size, lt.start, lt.end, members=[lt.value])
+    offset_in: dict[Value, int] = {}  # a concat operand -> its byte offset in its block
+    for v in parts:
+        root = _root(v, parts)
+        offset_in[v] = _offset_in(v, parts)
+        block_of[v] = block_of[root]
+        block_of[root].members.append(v)
     blocks = list(dict.fromkeys(block_of.values()))
     apart: dict[Block, set[Block]] = {}
     for step in steps:  # what one kernel writes, against all it touches (4K aliasing: compiler.memory.PAGE)
@@ -210,14 +237,59 @@ def _plan(module: Module, f: Func, align: int, in_place: _InPlace, concurrent: b
     shared = _share_borders(borders, every, donors)
     bordered = sum(padded_bytes(group[0].type, borders[group[0]]) for group in shared)
     if borders and size + bordered > sum(lt.value.type.nbytes for lt in every):
-        return _plan(module, f, align, in_place, concurrent, {})
-    _rewrite(f, steps, block_of, size, align, borders, shared)
+        return _plan(module, f, align, in_place, concurrent, {}, concat_views)
+    _rewrite(f, steps, block_of, size, align, borders, shared, offset_in)
     figures = plan_stats(f)
     stats = {"arena-bytes": figures["arena_bytes"], "naive-bytes": figures["naive_bytes"],
              "lower-bound-bytes": figures["lower_bound_bytes"], "in-place": joined}
     if figures["bordered_bytes"]:
         stats["bordered-bytes"] = figures["bordered_bytes"]
+    if parts:
+        stats["concat-views"] = len(parts)
     return stats
+
+
+def _concat_parts(module: Module, f: Func, steps: list[Op], life: dict, align: int) -> dict[Value, tuple[Value, int]]:
+    """Operand -> (the concat's result, its byte offset there) for every concat whose producers may write
+    straight into its bytes: a lone op whose result is its operands end to end (`operand_offsets`), its
+    result an arena intermediate, each operand distinct, written by a kernel, read by this concat alone
+    and at an aligned offset."""
+    uses = f.users()
+    returned = set(f.results)
+    out: dict[Value, tuple[Value, int]] = {}
+    for call in steps:
+        if not isinstance(call, Call) or len(call.results) != 1 or call.result not in life:
+            continue
+        kernel = module[call.callee.name]
+        ops = [op for op in kernel.ops if op.kind != "constant"]
+        if len(ops) != 1 or kernel.results != ops[0].results:
+            continue
+        offsets = ops[0].operand_offsets()
+        if offsets is None or len(set(call.operands)) != len(call.operands):
+            continue
+        arg_of = dict(zip(kernel.args, call.operands))
+        operands = [arg_of.get(u) for u in ops[0].operands]
+        if any(u is None or u not in life or u in returned or not isinstance(u.owner, Call)
+               or len(uses.get(u, [])) != 1 for u in operands) or any(o % align for o in offsets):
+            continue
+        for u, o in zip(operands, offsets):
+            out[u] = (call.result, o)
+    return out
+
+
+def _root(v: Value, parts: dict[Value, tuple[Value, int]]) -> Value:
+    """The outermost concat `v` lies in (a concat's result may itself be another's operand)."""
+    while v in parts:
+        v = parts[v][0]
+    return v
+
+
+def _offset_in(v: Value, parts: dict[Value, tuple[Value, int]]) -> int:
+    at = 0
+    while v in parts:
+        v, o = parts[v]
+        at += o
+    return at
 
 
 def _border_donors(module: Module, steps: list[Op], borders: dict[Value, tuple[int, ...]], lts,
@@ -322,7 +394,7 @@ def _overwritable(call: Op, kernel: Func, i: int, epilogues: bool) -> bool:
 
 
 def _rewrite(f: Func, steps: list[Op], block_of: dict[Value, Block], size: int, align: int,
-             borders: dict[Value, tuple[int, ...]], shared: list[list[Value]]) -> None:
+             borders: dict[Value, tuple[int, ...]], shared: list[list[Value]], offset_in: dict[Value, int]) -> None:
     loc = f.loc
     consts = [op for op in f.ops if op.kind == "constant"]
     arena = Arena([], {"size": size, "align": align}, None, loc)
@@ -338,7 +410,7 @@ def _rewrite(f: Func, steps: list[Op], block_of: dict[Value, Block], size: int, 
         dests: list[Value] = []
         for r in step.results:
             if r in block_of:
-                view = View([arena.result], {"offset": block_of[r].offset}, [r.type], step.loc)
+                view = View([arena.result], {"offset": block_of[r].offset + offset_in.get(r, 0)}, [r.type], step.loc)
             elif r in borders:
                 first = group_of[r][0]
                 if first not in bordered:  # the buffer, made where its first tensor is written

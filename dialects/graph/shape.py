@@ -204,6 +204,17 @@ class Concat(ShapeOp, name="graph.concat"):
         """concat(x) of one operand -> x."""
         return same_type(self, self.operands[0]) if len(self.operands) == 1 else None
 
+    def operand_offsets(self) -> list[int] | None:
+        """With only 1s before the axis (one image, channels joined), each operand is one contiguous run."""
+        out = self.results[0].type
+        if any(d != 1 for d in out.shape[: self.axis % out.rank]):
+            return None
+        offsets, at = [], 0
+        for v in self.operands:
+            offsets.append(at)
+            at += v.type.nbytes
+        return offsets
+
     def infer(self, xs: list[TensorType]) -> TensorType:
         dtype = same_dtype(self, *xs)
         first = xs[0]

@@ -347,10 +347,11 @@ BLOCK = 2 * lanes("float32")
 @pytest.mark.parametrize(
     "n,c,h,blocks,k,stride,pad",
     [
-        (1, 32, 7, 2, 3, 1, 1),  # 49 pixels: 8 tiles of 6 and one of 1; two chunks of 16 input channels
-        (2, 16, 14, 1, 1, 1, 0),  # 1x1, 196 pixels: a last tile of 4; all input channels in one chunk
-        (1, 48, 28, 2, 3, 2, 1),  # stride 2 to 14x14, the input packed NCHW16c
-        (1, 64, 9, 3, 3, 1, 0),  # 7x7 from an unpadded 9x9 map, read NCHW in place; 3 channel blocks
+        # (Pixel counts no tile of 6-8 pixels divides: AVX-512's registers take 7-pixel tiles where 7 does.)
+        (1, 32, 11, 2, 3, 1, 1),  # 121 pixels: 20 tiles of 6 and one of 1; two chunks of 16 input channels
+        (2, 16, 10, 1, 1, 1, 0),  # 1x1, 100 pixels: a last tile of 4; all input channels in one chunk
+        (1, 48, 26, 2, 3, 2, 1),  # stride 2 to 13x13, the input packed NCHW16c
+        (1, 64, 13, 3, 3, 1, 0),  # 11x11 from an unpadded 13x13 map, read NCHW in place; 3 channel blocks
         (1, 32, 50, 2, 3, 1, 1),  # 2500 pixels: accumulators past CHUNK_ACC_BYTES, one chunk
     ],
 )
@@ -372,11 +373,36 @@ def test_conv2d_flat_tiles_with_a_short_last_tile(monkeypatch, n, c, h, blocks, 
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("registers, vectors, pixels, want", [
+    (16, 2, 196, 6), (32, 2, 196, 7), (32, 2, 49, 7), (32, 2, 169, 6), (16, 1, 196, 12), (32, 1, 196, 14),
+])
+def test_flat_tiles_take_the_pixels_the_hosts_registers_hold_where_they_divide_the_map(
+        monkeypatch, registers: int, vectors: int, pixels: int, want: int) -> None:
+    """Accumulators up to half the vector registers (16 of AVX-512's 32; AVX2 keeps the 12 of 6 pixels x
+    two vectors) where that many pixels divide the map: ResNet-50's 14x14 and 7x7 maps in 7-pixel tiles."""
+    from compiler.codegen.cpu_rules import conv2d
+    from compiler.codegen.target import Cpu
+
+    monkeypatch.setattr(conv2d, "cpu", lambda: Cpu("test", 64 if registers == 32 else 32, registers, 1, 1, 2))
+    assert conv2d.flat_pixels(pixels, vectors) == want
+
+
+@pytest.mark.parametrize("h, k, blocks", [(14, 3, 2), (7, 3, 2), (14, 1, 1), (7, 1, 4)])
+def test_conv2d_on_resnets_14x14_and_7x7_maps_matches_loops(h: int, k: int, blocks: int) -> None:
+    o = blocks * BLOCK
+    ins, out = conv_te(1, 32, h, h, o, k, k, 1, k // 2, True)
+    x, wt, b = rand((1, 32, h, h)), rand((o, 32, k, k)), rand((o,))
+    got, rule = run([*ins, out], ANCHOR, x, wt, b)
+    assert rule == "conv2d"
+    want = np.maximum(conv_loops(x, wt, 1, k // 2) + b[None, :, None, None], 0)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 @pytest.mark.parametrize(
     "c,h,o,k,stride",
     [
         (48, 13, BLOCK, 1, 1),  # two vectors: 5-pixel tiles, a last one of 3 (1 and 13 divide 13)
-        (32, 13, BLOCK // 2, 1, 1),  # one vector: 8-pixel tiles, a last one of 5
+        (32, 17, BLOCK // 2, 1, 1),  # one vector: 11-pixel tiles, a last one of 6
         (3, 23, BLOCK, 3, 2),  # a stride-2 RGB stem to 11x11: 4-pixel tiles, a last one of 3
     ],
 )
@@ -414,7 +440,7 @@ def test_conv2d_flat_tiles_need_parallel_work_for_every_core(monkeypatch) -> Non
     of those a core, maps of 4k pixels take whole 4-pixel tiles, in parallel over every tile."""
     from compiler.codegen.cpu_rules import conv2d
 
-    ins, out = conv_te(1, 32, 14, 14, 2 * BLOCK, 3, 3, 1, 1, False)
+    ins, out = conv_te(1, 32, 10, 10, 2 * BLOCK, 3, 3, 1, 1, False)  # 100 pixels: 6-8 pixels divide none
     monkeypatch.setattr(conv2d, "_cores", lambda: 8)
     assert "pragma_loop_partition_hint" not in schedule_cpu.schedule(te.create_prim_func([*ins, out]), ANCHOR).script()
     monkeypatch.setattr(conv2d, "_cores", lambda: 1)

@@ -3,8 +3,8 @@
 The schedule is the one measured in the TVM notes (§4): a register tile of rows x two vector registers
 of columns (4 rows with AVX2's 16 registers, 8 with AVX-512's 32: `accumulators`), k split in chunks,
 B packed into [N/16, K, 16] panels so that the inner loop reads it contiguously, accumulators written
-back under the tile where the epilogue (bias, ReLU, GELU) runs on them while they are hot. Sizes that do not divide are padded (pad_einsum) rather than
-predicated: a predicate inside the inner loop costs 3x.
+back under the tile where the epilogue (bias, ReLU, GELU) runs on them while they are hot. Sizes that
+do not divide are padded (pad_einsum) rather than predicated: a predicate inside the inner loop costs 3x.
 
 Two loop orders: with many rows (M >= 256) B is packed once at the root and reused by every row tile
 (k innermost, "kin"); with few rows (the MLP's batch of 64) packing all of B costs as much as the

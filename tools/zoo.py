@@ -12,7 +12,10 @@ gc on the artifact, ONNX Runtime on the .onnx (all graph optimizations), torch e
 output is first checked against ONNX Runtime without graph optimizations (rtol 1e-3 of the output's
 scale). A number is the median over rounds of each round's median; gc / ORT is the median of the rounds'
 ratios (gc and ONNX Runtime timed back to back in each round), which a host drifting between rounds
-does not skew. The exported models are cached in
+does not skew. `--profile` lists gc's slowest kernels of each model, each placed on the roofline that gc's
+own kernels reach on this machine (a matmul in cache for the FMA peak, a 128 MB stream for the memory
+bandwidth): compute-bound with its share of the peak, or memory-bound with its share of the bandwidth.
+The exported models are cached in
 ~/.cache/gc/zoo (--cache to move it): a second run starts at the import.
 """
 
@@ -182,7 +185,60 @@ def run_torch(name: str, d: Path, x: np.ndarray, quick: bool, threads: int) -> d
         return {**measure(lambda: model(xt), quick), "first": model(xt).numpy()}
 
 
+ROOFLINE_MATMUL = (256, 512, 512)  # in L2: the FMA peak as gc's own matmul reaches it
+ROOFLINE_STREAM = 1 << 24  # f32 elements: 64 MB read and 64 MB written, far past every cache
+
+
+def run_roofline() -> dict:
+    """The machine's two roofs as gc's kernels reach them, for telling compute-bound kernels from
+    memory-bound ones: GFLOP/s of a matmul whose operands stay in cache, and GB/s of an elementwise
+    kernel streaming 128 MB. Medians of repeated calls, in a process of its own like every framework."""
+    import time
+
+    import compiler
+
+    m, k, n = ROOFLINE_MATMUL
+    rng = np.random.default_rng(0)
+    mm = compiler.compile(f"""func @main(%a: tensor<{m}x{k}xf32>, %b: tensor<{k}x{n}xf32>) -> tensor<{m}x{n}xf32> {{
+  %c = graph.matmul(%a, %b)
+  return %c
+}}""", "llvm", params={"b": rng.standard_normal((k, n), dtype=np.float32)}, cache=False)
+    st = compiler.compile(f"""func @main(%x: tensor<{ROOFLINE_STREAM}xf32>) -> tensor<{ROOFLINE_STREAM}xf32> {{
+  %y = graph.relu(%x)
+  return %y
+}}""", "llvm", cache=False)
+    a, x = rng.standard_normal((m, k), dtype=np.float32), rng.standard_normal(ROOFLINE_STREAM, dtype=np.float32)
+    out_mm, out_st = [np.empty((m, n), np.float32)], [np.empty(ROOFLINE_STREAM, np.float32)]
+
+    def median_seconds(f, calls: int) -> float:
+        for _ in range(3):
+            f()
+        ts = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            f()
+            ts.append(time.perf_counter() - t)
+        return statistics.median(ts)
+
+    t_mm = median_seconds(lambda: mm.run_into(out_mm, a), 200)
+    t_st = median_seconds(lambda: st.run_into(out_st, x), 20)
+    return {"peak_gflops": 2 * m * k * n / t_mm / 1e9, "gbs": 2 * 4 * ROOFLINE_STREAM / t_st / 1e9}
+
+
+def bound(row: dict, roof: dict | None) -> str:
+    """compute- or memory-bound by the roofline (intensity against peak / bandwidth), and how close."""
+    if not roof or not row["gflops"] or not row["gbs"]:
+        return ""
+    intensity = row["gflops"] / row["gbs"]
+    if intensity >= roof["peak_gflops"] / roof["gbs"]:
+        return f"compute {100 * row['gflops'] / roof['peak_gflops']:3.0f}% of peak"
+    return f"memory  {100 * row['gbs'] / roof['gbs']:3.0f}% of GB/s"
+
+
 def worker(framework: str, name: str, d: Path, quick: bool, threads: int, profile: bool, out: Path) -> None:
+    if framework == "roofline":
+        out.write_text(json.dumps(run_roofline()))
+        return
     x, ref = np.load(d / "input.npy"), np.load(d / "reference.npy")
     try:
         if framework == "gc":
@@ -248,7 +304,14 @@ def main(argv: list[str] | None = None) -> int:
     env = {**os.environ, **{k: str(args.threads) for k in ("TVM_NUM_THREADS", "OMP_NUM_THREADS",
                                                             "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
     frameworks = ["gc", "ort", "torch"]
+    roof = None
     with tempfile.TemporaryDirectory(prefix="gc-zoo-") as tmp:
+        if args.profile:
+            print("zoo: the roofline (gc's matmul in cache, gc streaming 128 MB)", file=sys.stderr, flush=True)
+            out = Path(tmp) / "roofline.json"
+            subprocess.run([sys.executable, __file__, "--worker", "roofline", "-", str(out), "--cache", str(cache)],
+                           env=env)
+            roof = json.loads(out.read_text()) if out.exists() else None
         for m in (m for m in models if "error" not in m):
             runs: dict[str, list[dict]] = {f: [] for f in frameworks}
             for r in range(args.rounds):
@@ -290,13 +353,18 @@ def main(argv: list[str] | None = None) -> int:
                      f"{m['compile_s']:.1f}", f"{err:.1e}" if err is not None else "-"])
     print(table(["model", "gc ms", "ONNX Runtime ms", "torch eager ms", "gc / ORT (rounds)", "kernels", "compile s",
                  "max error"], rows))
+    if roof:
+        print(f"\nroofline: {roof['peak_gflops']:.0f} GFLOP/s (gc's {'x'.join(map(str, ROOFLINE_MATMUL))} matmul in "
+              f"cache), {roof['gbs']:.1f} GB/s (gc streaming 128 MB): a kernel below "
+              f"{roof['peak_gflops'] / roof['gbs']:.1f} FLOP/byte is memory-bound")
     for m in (m for m in models if m.get("profile")):
         print(f"\n{m['name']}: gc's slowest kernels")
         for row in m["profile"]:
-            print(f"  {row['us']:9.1f} us  {row['gflops']:7.1f} GFLOP/s  {row['gbs']:6.1f} GB/s  {row['schedule']:8s} "
-                  f"{row['kernel']} ({row['ops']}) {row['loc']}")
+            print(f"  {row['us']:9.1f} us  {row['gflops']:7.1f} GFLOP/s  {row['gbs']:6.1f} GB/s  "
+                  f"{bound(row, roof):22s} {row['schedule']:8s} {row['kernel']} ({row['ops']}) {row['loc']}")
     if args.json:
         Path(args.json).write_text(json.dumps({"date": date, "cpu": cpu_line(), "threads": args.threads,
+                                               "roofline": roof,
                                                "rounds": args.rounds, "load_average": load, "models": models},
                                               indent=1))
     return 0

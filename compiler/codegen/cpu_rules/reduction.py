@@ -240,7 +240,7 @@ def _rfactor(sch: s_tir.Schedule, r, rows: int, vl: int):
     if ki is None or ki < vl // 2:
         # No vector (or half of one) divides the row (softmax rows of 197: one element at a time, 4x
         # slower): whole vectors and a predicated last one. compute_at drops the partial block's
-        # predicate; `restore_predicates` puts it back once the block sits under its row.
+        # predicate; `_restore_predicate` puts it back once the block sits under its row.
         if n < 2 * vl:
             return None
         ki = vl
@@ -265,6 +265,8 @@ def _restore_predicate(sch: s_tir.Schedule, rf, n: int) -> None:
     loops = sch.get_loops(rf)
     inner = sch.get(loops[-1])
     realize = inner.body
+    if not isinstance(realize, s_tir.SBlockRealize):  # never leave it unbounded: the rule declines instead
+        raise ValueError(f"the partial block of a {n}-wide row is not alone under its lanes loop")
     blk = realize.block
     ivs = list(blk.iter_vars)
     lane, chunk = len(ivs) - 1, next(n for n, iv in enumerate(ivs) if iv.iter_type == REDUCE)

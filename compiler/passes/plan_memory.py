@@ -265,11 +265,11 @@ def _concat_parts(module: Module, f: Func, steps: list[Op], life: dict, align: i
         if len(ops) != 1 or kernel.results != ops[0].results:
             continue
         offsets = ops[0].operand_offsets()
-        if offsets is None or len(set(call.operands)) != len(call.operands):
+        if offsets is None:
             continue
         arg_of = dict(zip(kernel.args, call.operands))
-        operands = [arg_of.get(u) for u in ops[0].operands]
-        if any(u is None or u not in life or u in returned or not isinstance(u.owner, Call)
+        operands = [arg_of.get(u) for u in ops[0].operands]  # (outlining gave an operand read twice one argument)
+        if len(set(operands)) != len(operands) or any(u is None or u not in life or u in returned or not isinstance(u.owner, Call)
                or len(uses.get(u, [])) != 1 for u in operands) or any(o % align for o in offsets):
             continue
         for u, o in zip(operands, offsets):

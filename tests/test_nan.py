@@ -1,6 +1,6 @@
 """One NaN and infinity semantics, PyTorch's, in the interpreter and every compiled kernel: a NaN in a
 max or min (elementwise, reduced, pooled) is the result, argmax points at the first NaN, clip keeps
-NaN, and a softmax row holding NaN or +inf is NaN throughout."""
+NaN, a softmax row holding NaN or +inf is NaN throughout, and x - x and x == x are IEEE's (NaN, false)."""
 
 from __future__ import annotations
 
@@ -70,6 +70,10 @@ CASES = {
     "argmax": ("graph.argmax(%x) {axis = 1}", "tensor<8xi64>", lambda x: (x,), lambda x: x.argmax(axis=1)),
     "clip": ("graph.clip(%x) {min = -1.0, max = 1.0}", "tensor<8x8xf32>", lambda x: (x,), lambda x: np.clip(x, -1, 1)),
     "relu": ("graph.relu(%x)", "tensor<8x8xf32>", lambda x: (x,), lambda x: np.where(np.isnan(x), x, np.maximum(x, 0))),
+    # One operand twice: TVM's simplifier folds x - x to 0 and x == x to true (NaN, inf - inf: not so).
+    "sub of itself": ("graph.sub(%x, %x)", "tensor<8x8xf32>", lambda x: (x,),
+                      lambda x: np.where(np.isfinite(x), 0.0, nan)),
+    "equal to itself": ("graph.equal(%x, %x)", "tensor<8x8xi1>", lambda x: (x,), lambda x: x == x),
     "softmax": ("graph.softmax(%x) {axis = -1}", "tensor<8x8xf32>", lambda x: (x,), softmax),
     "log_softmax": ("graph.log_softmax(%x) {axis = -1}", "tensor<8x8xf32>", lambda x: (x,),
                     lambda x: softmax(x, log=True)),

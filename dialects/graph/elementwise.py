@@ -605,6 +605,44 @@ def _lower_pow(self, a, b):
     return te.compute(out.shape, body, name="pow")
 
 
+def _same_float(a, b) -> bool:
+    """Both operands one read of one float tensor element (graph.sub(%x, %x), or one value reaching both
+    in a fused kernel): TVM's simplifier folds x - x to 0 and x == x to true, which IEEE floats make NaN
+    and false where x is NaN (and x - x NaN where x is infinite)."""
+    return _is_float(a) and _same_read(a, b)
+
+
+def _same_read(a, b) -> bool:
+    """te.tensor_load of the same tensor at structurally equal indices, under the same casts if any.
+    (tvm_ffi.structural_equal has no rule for the tensor inside a load; anything else counts as different.)"""
+    import tvm_ffi
+    from tvm import tirx
+    from tvm.ir.expr import Call
+
+    a, b = (e.asobject() if hasattr(e, "asobject") else e for e in (a, b))
+    if isinstance(a, tirx.Cast) and isinstance(b, tirx.Cast):
+        return _dtype(a) == _dtype(b) and _same_read(a.value, b.value)
+    if not (isinstance(a, Call) and isinstance(b, Call)) or str(a.op.name) != "te.tensor_load" or not a.op.same_as(b.op):
+        return False
+    return (a.args[0].same_as(b.args[0]) and len(a.args) == len(b.args)
+            and all(tvm_ffi.structural_equal(x, y) for x, y in zip(a.args[1:], b.args[1:])))
+
+
+def _finite(a):
+    import tvm
+
+    f = a.astype("float32") if _dtype(a).startswith("bfloat") else a
+    return tvm.tirx.isfinite(f)
+
+
+def _sub(a, b):
+    import tvm
+
+    if _same_float(a, b):  # 0 where x is finite, NaN where it is not
+        return tvm.tirx.Select(_finite(a), _const(0.0, a), _const(float("nan"), a))
+    return a - b
+
+
 def _compare(node: str):
     """A comparison by its TIR node (EQ, LT, GT); i1 operands compare as i8, which TVM's LLVM codegen needs."""
 
@@ -613,6 +651,8 @@ def _compare(node: str):
 
         if _dtype(a) == "bool":
             a, b = a.astype("int8"), b.astype("int8")
+        if node == "EQ" and _same_float(a, b):  # x == x: false only where x is NaN
+            return tvm.tirx.Not(isnan(a))
         return getattr(tvm.tirx, node)(a, b)
 
     return _lower(expr)
@@ -644,7 +684,7 @@ def _pow(a, b):
 Add = binary("graph.add", np.add, "a + b:  %z = graph.add(%x, %y) : tensor<4xf32>", lower=_lower(lambda a, b: a + b),
              vjp=lambda b, a, c, y, dy: (dy, dy), fold=_fold_add, precision="follow", commutative=True)
 Sub = binary("graph.sub", np.subtract, "a - b:  %z = graph.sub(%x, %y) : tensor<4xf32>",
-             lower=_lower(lambda a, b: a - b), vjp=lambda b, a, c, y, dy: (dy, b.neg(dy)), fold=_fold_sub,
+             lower=_lower(_sub), vjp=lambda b, a, c, y, dy: (dy, b.neg(dy)), fold=_fold_sub,
              precision="follow")
 Mul = binary("graph.mul", np.multiply, "a * b:  %z = graph.mul(%x, %y) : tensor<4xf32>",
              lower=_lower(lambda a, b: a * b), vjp=lambda b, a, c, y, dy: (b.mul(dy, c), b.mul(dy, a)),

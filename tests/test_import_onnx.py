@@ -138,6 +138,8 @@ UNARY = [
     "Softsign",
 ]
 
+SPECIAL = np.array([[1.5, np.nan, np.inf], [-np.inf, 0.0, -0.0], [3.4e38, -1e-45, np.nan]], np.float32)
+
 CASES = [
     *(case(op, node(op, ["x"]), X) for op in UNARY),
     case("Log", node("Log", ["x"]), {"x": positive(3, 4)}),
@@ -163,6 +165,11 @@ CASES = [
         for op in ["GreaterOrEqual", "LessOrEqual"]
     ),
     case("Not", node("Not", ["b"]), {"b": RNG.random(5) < 0.5}),
+    case("IsNaN", node("IsNaN", ["x"]), {"x": SPECIAL}),
+    case("IsInf", node("IsInf", ["x"]), {"x": SPECIAL}),
+    case("IsInf-negative-only", node("IsInf", ["x"], detect_positive=0), {"x": SPECIAL}),
+    case("IsInf-positive-only", node("IsInf", ["x"], detect_negative=0), {"x": SPECIAL}),
+    case("IsInf-neither", node("IsInf", ["x"], detect_negative=0, detect_positive=0), {"x": SPECIAL}),
     *(
         case(op, node(op, ["b", "c"]), {"b": RNG.random(6) < 0.5, "c": RNG.random(6) < 0.5})
         for op in ["And", "Or", "Xor"]
@@ -509,6 +516,17 @@ def test_op_imports_as_onnx_reference_computes(nodes, inputs, opset, inits, outp
             np.testing.assert_array_equal(g, e)
         else:
             np.testing.assert_allclose(g, e, rtol=1e-4, atol=1e-5)
+
+
+def test_isnan_and_isinf_compile_as_ieee_comparisons() -> None:
+    """GPT-2 and DistilBERT exports mask with IsNaN: compiled, x != x must still find only NaNs."""
+    x = np.tile(SPECIAL, (1, 8))  # whole vectors of lanes as well as the scalar tail
+    model = make_model([node("IsNaN", ["x"], ["a"]), node("IsInf", ["x"], ["b"])], {"x": x}, ["a", "b"])
+    imported = import_onnx(model)
+    compiled = compiler.compile(imported.module, "llvm", cache=False)
+    a, b = compiled(x=x)
+    np.testing.assert_array_equal(a, np.isnan(x))
+    np.testing.assert_array_equal(b, np.isinf(x))
 
 
 def test_opset6_broadcast_axis_aligns_from_that_axis() -> None:

@@ -165,6 +165,13 @@ CASES = [
         for op in ["GreaterOrEqual", "LessOrEqual"]
     ),
     case("Not", node("Not", ["b"]), {"b": RNG.random(5) < 0.5}),
+    case("GatherElements-axis0", node("GatherElements", ["x", "i"]), {"x": rand(3, 4)},
+         inits={"i": ints(0, 2, 1, 0, 1, 1, 2, 0).reshape(2, 4)}),
+    case("GatherElements-axis1-negative", node("GatherElements", ["x", "i"], axis=1), {"x": rand(3, 4)},
+         inits={"i": ints(-1, 0, 3, -4, 2, 2).reshape(3, 2)}),
+    case("GatherElements-3d-axis-1", node("GatherElements", ["x", "i"], axis=-1), {"x": rand(2, 3, 5)},
+         inits={"i": np.int32(RNG.integers(-5, 5, (2, 3, 4)))},  # (the evaluator mishandles a negative axis)
+         expect=lambda x, i: [np.take_along_axis(x, np.where(i < 0, i + 5, i), axis=-1)]),
     case("IsNaN", node("IsNaN", ["x"]), {"x": SPECIAL}),
     case("IsInf", node("IsInf", ["x"]), {"x": SPECIAL}),
     case("IsInf-negative-only", node("IsInf", ["x"], detect_positive=0), {"x": SPECIAL}),
@@ -527,6 +534,22 @@ def test_isnan_and_isinf_compile_as_ieee_comparisons() -> None:
     a, b = compiled(x=x)
     np.testing.assert_array_equal(a, np.isnan(x))
     np.testing.assert_array_equal(b, np.isinf(x))
+
+
+@pytest.mark.parametrize("axis", [0, 1, -1])
+def test_gather_elements_compiles_and_takes_along_the_axis(axis: int) -> None:
+    x = rand(4, 6, 5)
+    d = x.shape[axis]
+    i = RNG.integers(-d, d, (4, 6, 5) if axis != 0 else (3, 6, 5))
+    model = make_model([node("GatherElements", ["x", "i"], axis=axis)], {"x": x, "i": i}, ["y"])
+    (got,) = compiler.compile(import_onnx(model).module, "llvm", cache=False)(x=x, i=i)
+    np.testing.assert_array_equal(got, np.take_along_axis(x, np.where(i < 0, i + d, i), axis=axis))
+
+
+def test_gather_elements_with_indices_of_another_rank_is_a_diagnostic() -> None:
+    model = make_model([node("GatherElements", ["x", "i"])], {"x": rand(3, 4), "i": ints(0, 1)}, ["y"])
+    with pytest.raises(GCError, match="must have the rank of data"):
+        import_onnx(model)
 
 
 def test_opset6_broadcast_axis_aligns_from_that_axis() -> None:

@@ -970,6 +970,36 @@ def gather(n: Node) -> list:
     return [n.b.gather(n.x(0), n.x(1), axis=n.attr("axis", 0))]
 
 
+@converts("GatherElements", attrs="axis")
+def gather_elements(n: Node) -> list:
+    """out[i] = data[i with i[axis] replaced by indices[i]] (NumPy's take_along_axis), as a graph.gather
+    from the flattened data: each element's flat index is its index along the axis times that axis'
+    stride, plus a constant offset of its other coordinates. (BERT's exports use it.)"""
+    data, idx = n.x(0), n.x(1)
+    r = data.type.rank
+    axis = _axis(n, n.attr("axis", 0), r)
+    if idx.type.rank != r:
+        raise n.error(f"indices {idx.type} must have the rank of data {data.type}")
+    if idx.type.dtype not in (DType.i32, DType.i64):
+        raise n.error(f"indices must be i32 or i64, got {idx.type}")
+    bad = [k for k in range(r) if k != axis and idx.type.shape[k] > data.type.shape[k]]
+    if bad:
+        raise n.error(f"indices {idx.type} is longer than data {data.type} along axis {bad[0]}")
+    n.check_size(idx.type.shape, "indices")
+    strides = [int(np.prod(data.type.shape[k + 1 :])) for k in range(r)]
+    offsets = np.zeros(idx.type.shape, np.int64)
+    for k in range(r):
+        if k != axis:
+            shape = [1] * r
+            shape[k] = idx.type.shape[k]
+            offsets = offsets + (np.arange(idx.type.shape[k], dtype=np.int64) * strides[k]).reshape(shape)
+    i64 = n.b.cast(idx, dtype=DType.i64) if idx.type.dtype != DType.i64 else idx
+    size = n.constant(np.array(data.type.shape[axis]), DType.i64)
+    i64 = n.b.where(n.b.less(i64, n.constant(np.array(0), DType.i64)), n.b.add(i64, size), i64)
+    flat = n.b.add(n.b.mul(i64, n.constant(np.array(strides[axis]), DType.i64)), n.constant(offsets, DType.i64))
+    return [n.b.gather(n.b.reshape(data, shape=(-1,)), flat, axis=0)]
+
+
 @converts("Pad", attrs="mode pads paddings value")
 def pad(n: Node) -> list:
     x = n.x(0)

@@ -333,22 +333,26 @@ def _tiled(ins: list[Value], where: dict, span, blocks: dict, last: dict, step: 
 def _at_its_place(module: Module, op: Op, index: int, offset: int, size: int) -> bool:
     """The launch's input `index` already lies where its kernel puts it in the result (a concat's
     operand its producer wrote into the concat's bytes): the kernel copies it onto itself."""
-    kernel = _lone_op(module, op)
+    kernel = _launched_op(module, op)
     offsets = kernel.operand_offsets() if kernel is not None else None
     if offsets is None or index >= len(offsets) or offsets[index] != offset:
         return False
     return size == op.operands[index].type.nbytes
 
 
-def _lone_op(module: Module, op: Op) -> Op | None:
-    """The one op of the kernel `op` launches, its operands the kernel's arguments in order, else None."""
-    if op.name != "exec.launch" or op.kernel.name not in module:
-        return None
-    kernel = module[op.kernel.name]
+def lone_op(kernel: Func) -> Op | None:
+    """The one op of a kernel function, its operands the kernel's arguments in order and its results the
+    kernel's, else None (an operand read twice is one argument: not in order, so None)."""
     ops = [o for o in kernel.ops if o.kind != "constant"]
     if len(ops) != 1 or ops[0].operands != kernel.args or kernel.results != ops[0].results:
         return None
     return ops[0]
+
+
+def _launched_op(module: Module, op: Op) -> Op | None:
+    if op.name != "exec.launch" or op.kernel.name not in module:
+        return None
+    return lone_op(module[op.kernel.name])
 
 
 def copies_nothing(module: Module, f: Func) -> set[Op]:
@@ -365,7 +369,7 @@ def copies_nothing(module: Module, f: Func) -> set[Op]:
             for d, r in zip(dests, op.results):
                 if d in where:
                     where[r] = where[d]
-            lone = _lone_op(module, op)
+            lone = _launched_op(module, op)
             offsets = lone.operand_offsets() if lone is not None and n == 1 else None
             if offsets is None or dests[0] not in where or not ins:
                 continue

@@ -58,7 +58,10 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
 
     tgt = make_target(target, arch)
     file_order_bound = plan_module(module, target, entry, concurrent=concurrent)
-    kernels = [k for k in kernels_of(module, entry) if any(v.type.size > 0 for v in k.outputs)]
+    # A launch whose inputs already lie where it would copy them (concat views) needs no kernel at all.
+    idle = {r for op in copies_nothing(module, module[entry]) for r in op.results}
+    kernels = [k for k in kernels_of(module, entry)
+               if any(v.type.size > 0 for v in k.outputs) and not any(v in idle for v in k.outputs)]
     prims = {id(k): lower_kernel(k) for k in kernels}
     sched = _Scheduler(target, tgt, prims)
     blocked = {}
@@ -187,7 +190,6 @@ def _plan(module: Module, entry: str, kernels: list[Kernel],
     whole: dict[Value, int] = {}  # a bordered value -> the slot of its whole padded buffer
     consts: dict[str, np.ndarray] = {}
     by_output = {v: k for k in kernels for v in k.outputs}
-    idle = copies_nothing(module, f)
 
     def add(v: Value, kind: str, **extra) -> int:
         slot[v] = len(buffers)
@@ -236,7 +238,7 @@ def _plan(module: Module, entry: str, kernels: list[Kernel],
                 if d in whole:
                     whole[r] = whole[d]
             k = by_output.get(op.results[0])
-            if k is None or op in idle:
+            if k is None:
                 continue  # every output is empty, or every input lies where it would copy it: nothing to run
             tags = k.prepack
             inner = [const(c, tags.get(i)) for i, c in enumerate(k.const_ops)]

@@ -166,24 +166,27 @@ def logical(n: Node) -> list:
     return [n.b.equal(n.b.equal(a, b), false)]
 
 
+def _all_false(n: Node, like: Value) -> Value:
+    false = n.constant(np.array(False), DType.i1)
+    return n.b.broadcast_to(false, shape=list(like.type.shape)) if like.type.rank else false
+
+
 @converts("IsNaN")
 def isnan(n: Node) -> list:
     """x != x, which only a NaN is: equal(x, x) is false there (the interpreter and the kernels compare
     IEEE floats, no fast-math)."""
     x = n.x(0)
-    false = n.constant(np.array(False), DType.i1)
     if not x.type.dtype.is_float:
-        return [n.b.broadcast_to(false, shape=list(x.type.shape)) if x.type.rank else false]
-    return [n.b.equal(n.b.equal(x, x), false)]
+        return [_all_false(n, x)]
+    return [n.b.equal(n.b.equal(x, x), n.constant(np.array(False), DType.i1))]
 
 
 @converts("IsInf", attrs="detect_negative detect_positive")
 def isinf(n: Node) -> list:
     x = n.x(0)
-    false = n.constant(np.array(False), DType.i1)
     signs = [s for s, on in ((1.0, n.attr("detect_positive", 1)), (-1.0, n.attr("detect_negative", 1))) if on]
     if not x.type.dtype.is_float or not signs:
-        return [n.b.broadcast_to(false, shape=list(x.type.shape)) if x.type.rank else false]
+        return [_all_false(n, x)]
     hits = [n.b.equal(x, n.scalar(s * np.inf, x)) for s in signs]
     return [hits[0] if len(hits) == 1 else n.b.where(hits[0], n.constant(np.array(True), DType.i1), hits[1])]
 

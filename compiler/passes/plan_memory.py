@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 from compiler.diagnostics import GCError
 from compiler.ir import Func, Module, Op, SymbolRef, Value
-from compiler.memory import Block, check_plan, is_planned, lifetimes, place, plan_stats, writes_in_place_over
+from compiler.memory import Block, check_plan, is_planned, lifetimes, lone_op, place, plan_stats, writes_in_place_over
 from compiler.passes import Pass
 from compiler.passes.fuse import unique_name
 from dialects.exec import Copy, Launch
@@ -191,9 +191,9 @@ def _plan(module: Module, f: Func, align: int, in_place: _InPlace, concurrent: b
     order = _Order(steps) if concurrent else None
     parts = _concat_parts(module, f, steps, life, align) if concat_views else {}
     # A concat's bytes are live from the first of its operands' writes (they write into them).
+    place_of = {v: _place(v, parts) for v in parts}
     first = {}
-    for v in parts:
-        root = _root(v, parts)
+    for v, (root, _) in place_of.items():
         first[root] = min(first.get(root, life[root].start), life[v].start)
     # Storage blocks: one per tensor, except that an in-place output joins its input's block, and a
     # concat's operands lie in the concat's.
@@ -215,10 +215,8 @@ def _plan(module: Module, f: Func, align: int, in_place: _InPlace, concurrent: b
             joined += 1
         else:
             block_of[lt.value] = Block(lt.size, lt.start, lt.end, members=[lt.value])
-    offset_in: dict[Value, int] = {}  # a concat operand -> its byte offset in its block
-    for v in parts:
-        root = _root(v, parts)
-        offset_in[v] = _offset_in(v, parts)
+    offset_in = {v: at for v, (_, at) in place_of.items()}  # a concat operand -> its byte offset in its block
+    for v, (root, _) in place_of.items():
         block_of[v] = block_of[root]
         block_of[root].members.append(v)
     blocks = list(dict.fromkeys(block_of.values()))
@@ -260,36 +258,24 @@ def _concat_parts(module: Module, f: Func, steps: list[Op], life: dict, align: i
     for call in steps:
         if not isinstance(call, Call) or len(call.results) != 1 or call.result not in life:
             continue
-        kernel = module[call.callee.name]
-        ops = [op for op in kernel.ops if op.kind != "constant"]
-        if len(ops) != 1 or kernel.results != ops[0].results:
+        op = lone_op(module[call.callee.name])  # (its operands are the kernel's arguments, in order)
+        offsets = op.operand_offsets() if op is not None else None
+        if offsets is None or len(set(call.operands)) != len(call.operands) or any(o % align for o in offsets):
             continue
-        offsets = ops[0].operand_offsets()
-        if offsets is None:
-            continue
-        arg_of = dict(zip(kernel.args, call.operands))
-        operands = [arg_of.get(u) for u in ops[0].operands]  # (outlining gave an operand read twice one argument)
-        if len(set(operands)) != len(operands) or any(u is None or u not in life or u in returned or not isinstance(u.owner, Call)
-               or len(uses.get(u, [])) != 1 for u in operands) or any(o % align for o in offsets):
-            continue
-        for u, o in zip(operands, offsets):
-            out[u] = (call.result, o)
+        if all(u in life and u not in returned and isinstance(u.owner, Call) and len(uses.get(u, [])) == 1
+               for u in call.operands):
+            for u, o in zip(call.operands, offsets):
+                out[u] = (call.result, o)
     return out
 
 
-def _root(v: Value, parts: dict[Value, tuple[Value, int]]) -> Value:
-    """The outermost concat `v` lies in (a concat's result may itself be another's operand)."""
-    while v in parts:
-        v = parts[v][0]
-    return v
-
-
-def _offset_in(v: Value, parts: dict[Value, tuple[Value, int]]) -> int:
+def _place(v: Value, parts: dict[Value, tuple[Value, int]]) -> tuple[Value, int]:
+    """The outermost concat `v` lies in (a concat's result may itself be another's operand), and where."""
     at = 0
     while v in parts:
         v, o = parts[v]
         at += o
-    return at
+    return v, at
 
 
 def _border_donors(module: Module, steps: list[Op], borders: dict[Value, tuple[int, ...]], lts,
@@ -410,7 +396,8 @@ def _rewrite(f: Func, steps: list[Op], block_of: dict[Value, Block], size: int, 
         dests: list[Value] = []
         for r in step.results:
             if r in block_of:
-                view = View([arena.result], {"offset": block_of[r].offset + offset_in.get(r, 0)}, [r.type], step.loc)
+                at = block_of[r].offset + offset_in.get(r, 0)
+                view = View([arena.result], {"offset": at}, [r.type], step.loc)
             elif r in borders:
                 first = group_of[r][0]
                 if first not in bordered:  # the buffer, made where its first tensor is written

@@ -31,7 +31,7 @@ def is_planned(f: Func) -> bool:
 
 def view_spans(f: Func) -> dict[Value, tuple[int, int]]:
     """The bytes [lo, hi) of the arena each `mem.view` of a planned function covers."""
-    return {op.result: (op.offset, op.offset + op.result.type.nbytes) for op in f.ops if op.name == "mem.view"}
+    return {op.result: (op.offset, op.offset + op.padded_bytes) for op in f.ops if op.name == "mem.view"}
 
 
 def steps_of(f: Func) -> list[Op]:
@@ -61,7 +61,7 @@ def lifetimes(f: Func, order: list[Op] | None = None, align: int = 1) -> list[Li
     for i, op in enumerate(order):
         for r in op.results:
             if r not in returned and r.type.nbytes > 0:
-                out.append(Lifetime(r, _round(r.type.nbytes, align), i, max(i, last.get(r, i))))
+                out.append(Lifetime(r, round_up(r.type.nbytes, align), i, max(i, last.get(r, i))))
     return out
 
 
@@ -97,7 +97,7 @@ class Block:
     members: list = field(default_factory=list)  # the values stored here
 
 
-def _round(n: int, align: int) -> int:
+def round_up(n: int, align: int) -> int:
     return -(-n // align) * align
 
 
@@ -125,7 +125,7 @@ def place(blocks: list[Block], align: int, *, tries: int = 32, seed: int = 0,
     if not live:
         return 0
     best = _search(live, align, tries, seed, conflict or _overlap, apart or {})
-    if apart and best[0] > sum(_round(b.size, align) for b in live):
+    if apart and best[0] > sum(round_up(b.size, align) for b in live):
         plain = _search(live, align, tries, seed, conflict or _overlap, {})
         best = min(best, plain, key=lambda r: r[0])
     for b, off in zip(live, best[1]):
@@ -163,7 +163,7 @@ def _search(live: list[Block], align: int, tries: int, seed: int, conflict: Call
 
 
 def _round_up_bound(blocks: list[Block], align: int) -> int:
-    return lower_bound([Block(_round(b.size, align), b.start, b.end) for b in blocks])
+    return lower_bound([Block(round_up(b.size, align), b.start, b.end) for b in blocks])
 
 
 def _overlap(a: Block, b: Block) -> bool:
@@ -177,7 +177,7 @@ def _best_fit(order: list[Block], align: int, conflict: Callable[[Block, Block],
     offsets: dict[Block, int] = {}
     top = 0
     for b in order:
-        need = _round(b.size, align)
+        need = round_up(b.size, align)
         busy = sorted((o, o + s) for o, s, p in placed if conflict(p, b))
         partners = [offsets[p] for p in apart.get(b, ()) if p in offsets and p.size >= PAGE] if b.size >= PAGE else []
         best_off, best_gap, prev = None, None, 0
@@ -228,7 +228,7 @@ def _check(module: Module, f: Func) -> list[str]:
         if op.name == "mem.view":
             arena = op.operands[0].owner
             lo = op.offset
-            hi = lo + op.result.type.nbytes
+            hi = lo + op.padded_bytes  # a bordered tensor's border too: its writer writes it
             align = getattr(arena, "align", 1)
             if lo % align:
                 problems.append(f"{_at(op)}: offset {lo} is not a multiple of {align}")
@@ -416,25 +416,29 @@ class _Clocks:
 
 def plan_stats(f: Func, unit: int = 1) -> dict[str, int]:
     """The memory figures of a planned function: the planned bytes for intermediates (the arena, plus the
-    zero-bordered buffers of conv-borders, borders included); the bytes of its intermediates, each in a
-    buffer of its own (naive); and the lower bound: the largest total of intermediates alive at one step
-    of its order, where an output written in place over an input that dies at that step counts once with
-    it (they are one buffer), so that no plan can be smaller. Sizes are in bytes, or rounded up to
-    `unit` (the alignment every buffer needs). `bordered_bytes` is the part of `arena_bytes` outside the
-    arena proper."""
+    zero-bordered buffers of conv-borders outside it, borders included); the bytes of its intermediates,
+    each in a buffer of its own (naive); and the lower bound: the largest total of intermediates alive at
+    one step of its order, where an output written in place over an input that dies at that step counts
+    once with it (they are one buffer), so that no plan can be smaller. `lower_bound_bytes` counts a
+    bordered tensor with its border (the buffer its schedule needs), `tensor_bound_bytes` at its own size
+    (the difference is what borders cost). Sizes are in bytes, or rounded up to `unit` (the alignment
+    every buffer needs). `bordered_bytes` is the part of `arena_bytes` in buffers outside the arena."""
     steps = [op for op in f.ops if op.name in ("exec.launch", "exec.copy")]
     arena = next((op.size for op in f.ops if op.name == "mem.arena"), 0)
     where: dict[Value, object] = dict(view_spans(f))
+    padded: dict[Value, int] = {op.result: op.padded_bytes for op in f.ops if op.name == "mem.view" and op.pads}
     bordered = 0
     for op in f.ops:
         if op.name == "mem.alloc" and op.pads:
             where[op.result] = op  # a buffer of its own: nothing else shares it
+            padded[op.result] = op.padded_bytes
             bordered += op.padded_bytes
     last: dict[Value, int] = {}
     for i, op in enumerate(steps):
         for v in op.operands[: len(op.operands) - len(op.results)]:
             last[v] = i
     blocks: dict[Value, Block] = {}  # value -> the buffer it shares (in place) or owns
+    own: dict[Value, Block] = {}  # the same at the tensors' own sizes
     naive = 0
     for i, op in enumerate(steps):
         n = len(op.results)
@@ -442,23 +446,31 @@ def plan_stats(f: Func, unit: int = 1) -> dict[str, int]:
         for d, r in zip(dests, op.results):
             if d not in where or not r.type.nbytes:
                 continue
-            size = _round(r.type.nbytes, unit)
-            naive += size
-            where[r] = where[d]
-            end = max(i, last.get(r, i))
-            donor = next((v for v in ins if v in blocks and where.get(v) == where[d] and last.get(v) == i), None)
-            if len(ins) > 1 and _tiled(ins, where, where[d], blocks, last, i):  # a concat's operands in its bytes
-                b = blocks[ins[0]]
-                others = {id(blocks[v]) for v in ins[1:]} - {id(b)}
-                b.size, b.start, b.end = max(b.size, size), min(blocks[v].start for v in ins), max(b.end, end)
-                for w, wb in blocks.items():
-                    if id(wb) in others:
-                        blocks[w] = b
-            elif donor is not None:
-                b = blocks[donor]
-                b.size, b.end = max(b.size, size), max(b.end, end)
-            else:
-                b = Block(size, i, end)
-            blocks[r] = b
+            naive += round_up(r.type.nbytes, unit)
+            _join(blocks, r, d, ins, where, last, i, round_up(padded.get(d, r.type.nbytes), unit))
+            _join(own, r, d, ins, where, last, i, round_up(r.type.nbytes, unit))
     return {"arena_bytes": arena + bordered, "naive_bytes": naive,
-            "lower_bound_bytes": lower_bound(list(dict.fromkeys(blocks.values()))), "bordered_bytes": bordered}
+            "lower_bound_bytes": lower_bound(list(dict.fromkeys(blocks.values()))),
+            "tensor_bound_bytes": lower_bound(list(dict.fromkeys(own.values()))), "bordered_bytes": bordered}
+
+
+def _join(blocks: dict[Value, Block], r: Value, d: Value, ins: list[Value], where: dict, last: dict, i: int,
+          size: int) -> None:
+    """Result `r`, written into destination `d` at step `i`, joins the buffer it shares (written in place over
+    a dying input, or a concat's operands lying in its bytes) or gets one of its own."""
+    where[r] = where[d]
+    end = max(i, last.get(r, i))
+    donor = next((v for v in ins if v in blocks and where.get(v) == where[d] and last.get(v) == i), None)
+    if len(ins) > 1 and _tiled(ins, where, where[d], blocks, last, i):  # a concat's operands in its bytes
+        b = blocks[ins[0]]
+        others = {id(blocks[v]) for v in ins[1:]} - {id(b)}
+        b.size, b.start, b.end = max(b.size, size), min(blocks[v].start for v in ins), max(b.end, end)
+        for w, wb in blocks.items():
+            if id(wb) in others:
+                blocks[w] = b
+    elif donor is not None:
+        b = blocks[donor]
+        b.size, b.end = max(b.size, size), max(b.end, end)
+    else:
+        b = Block(size, i, end)
+    blocks[r] = b

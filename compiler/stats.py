@@ -186,6 +186,7 @@ _MEMORY = [
     ("arena (planned)", "arena_bytes"),
     ("naive (one per tensor)", "naive_bytes"),
     ("lower bound", "lower_bound_bytes"),
+    ("lower bound, no borders", "tensor_bound_bytes"),  # at the tensors' own sizes
     ("lower bound, file order", "file_order_lower_bound_bytes"),
 ]
 
@@ -194,6 +195,8 @@ def format_memory(memory: dict[str, int]) -> list[str]:
     """The memory plan's figures, with the arena's ratio to the naive size and to the lower bound."""
     lines = ["memory plan (intermediates):"]
     for label, key in _MEMORY:
+        if key == "tensor_bound_bytes" and memory.get(key) == memory.get("lower_bound_bytes"):
+            continue  # no borders: the same bound
         if key in memory:
             lines.append(f"  {label:<{_W}} {memory[key]:>16,}  {_human(memory[key], 'bytes')}".rstrip())
     arena, naive, bound = memory.get("arena_bytes", 0), memory.get("naive_bytes", 0), memory.get("lower_bound_bytes", 0)

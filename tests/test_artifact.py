@@ -150,6 +150,10 @@ TAMPERED = {
                             "lie outside its arena"),
     "negative offset": (lambda p: _first(p, "view").update(offset=-64), "lie outside its arena"),
     "shrunk arena": (lambda p: _first(p, "arena").update(size=16), "lie outside its arena"),
+    # A bordered view's kernel writes its border too: the padded bytes must lie in the arena, not the interior's.
+    "bordered view's border past its arena": (
+        lambda p: _first(p, "bordered").update(offset=_first(p, "arena")["size"] - 64), "lie outside its arena"),
+    "bordered view of no arena": (lambda p: _first(p, "bordered").update(arena=0), "borders in no arena"),
     "kernel buffer out of range": (lambda p: next(c for c in p["calls"] if "kernel" in c)["buffers"].append(10**6),
                                    "kernel buffers"),
     "result out of range": (lambda p: p["results"].append(-1), "results"),

@@ -393,6 +393,12 @@ def test_a_plan_with_bordered_conv_inputs_compiles_to_cuda() -> None:
     assert_one_cuda_kernel_per_graph_kernel(model, cuda_source(model.lib))
 
 
+def test_borders_in_the_arena_are_refused_for_cuda_whose_kernels_do_not_write_them() -> None:
+    pipeline = BORDERED.replace("conv-borders=true", "conv-borders=true,borders-in-arena=true")
+    with pytest.raises(compiler.GCError, match="builds for llvm only, not cuda"):
+        compiler.compile(parse_file(ROOT / "examples/cnn.gir"), "cuda", pipeline=pipeline, arch=ARCH)
+
+
 @needs_gpu
 def test_a_plan_with_bordered_conv_inputs_runs_on_the_gpu() -> None:
     module = parse_file(ROOT / "examples/cnn.gir")

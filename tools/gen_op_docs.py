@@ -47,13 +47,15 @@ op's docs) and its `kind`, the class fusion sees it as.
 """
 
 
-def split_doc(op: type[Op]) -> tuple[str, str]:
-    """An op docstring `meaning:  %y = graph.x(...) : T` as (meaning, example)."""
-    doc = " ".join((op.__doc__ or "").split())
+def split_doc(op: type[Op]) -> tuple[str, str, str]:
+    """An op docstring `meaning:  %y = graph.x(...) : T`, then any further paragraphs, as (meaning, example,
+    the rest)."""
+    first, _, rest = (op.__doc__ or "").partition("\n\n")
+    doc, rest = " ".join(first.split()), " ".join(rest.split())
     m = re.match(r"(.*?):\s+(%.*|(?:mem|exec)\.[a-z_]+ .*)$", doc)
     if m is None:
-        return doc, ""
-    return m.group(1), m.group(2)
+        return doc, "", rest
+    return m.group(1), m.group(2), rest
 
 
 def describe_operand(op: type[Op], spec: OperandSpec) -> str:
@@ -90,12 +92,14 @@ def describe_attr(spec: AttrSpec) -> str:
 
 def render_op(op: type[Op]) -> str:
     """One op's section: meaning, example, operands, attributes, kind."""
-    meaning, example = split_doc(op)
+    meaning, example, rest = split_doc(op)
     operands = ", ".join(describe_operand(op, s) for s in op.operand_specs) or "none"
     attrs = "".join(f"\n  - {describe_attr(s)}" for s in op.attr_specs.values()) or " none"
     lines = [f"### `{op.name}`", "", meaning]
     if example:
         lines += ["", "```gir", example, "```"]
+    if rest:
+        lines += ["", rest]
     lines += ["", f"- operands: {operands}", f"- attributes:{attrs}", f"- kind: `{op.kind}`", ""]
     return "\n".join(lines)
 

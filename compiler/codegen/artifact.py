@@ -306,6 +306,14 @@ def check_plan(plan, error) -> None:
             pads = b.get("pads")
             need(isinstance(pads, list) and len(pads) == 2 * len(b["shape"]) and all(is_int(p) for p in pads),
                  f"buffer #{i}: pads {pads!r}")
+            if "arena" in b:  # the padded whole in the arena's bytes
+                a, off = b.get("arena"), b.get("offset")
+                rank = len(b["shape"])
+                size = math.prod(n + lo + hi for n, lo, hi in zip(b["shape"], pads[:rank], pads[rank:])) \
+                    * DType(b["dtype"]).itemsize
+                need(is_int(a) and a < i and bufs[a].get("kind") == "arena", f"buffer #{i}: borders in no arena")
+                need(is_int(off) and off + size <= bufs[a]["size"],
+                     f"buffer #{i}: {size} bytes at offset {off!r} lie outside its arena of {bufs[a]['size']} bytes")
         elif kind == "whole":
             of = b.get("of")
             need(is_int(of) and of < i and bufs[of].get("kind") == "bordered", f"buffer #{i}: whole of no bordered buffer")

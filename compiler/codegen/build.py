@@ -36,15 +36,15 @@ def plan_module(module: Module, target: str = "llvm", entry: str = "main", *, co
     file_order_bound = peak_bytes(f)
     streams = ",assign-streams" if target == "cuda" else ""
     flag = "true" if concurrent and target == "cuda" else "false"
-    # On the CPU a conv reads its input from a zero-bordered buffer in place (see plan-memory); the CUDA
-    # schedules stage inputs through shared memory anyway. The CPU schedules write a conv or matmul
+    # On the CPU a conv reads its input in place from arena bytes with a zero border, which the kernel
+    # writing the input writes (see plan-memory); the CUDA schedules stage inputs through shared memory. The CPU schedules write a conv or matmul
     # result tile by tile, reading an epilogue operand just where they write, so the result may go over
     # it (tested against the interpreter; on CUDA that is not verified on a GPU yet).
     # Concats' operands written in place: on the CPU (assign-streams would have to order a concat's
     # readers after every operand's producer).
     cpu = "true" if target == "llvm" else "false"
     run_pipeline(module, f"schedule,plan-memory{{align={ALIGN[target]},concurrent={flag},conv-borders={cpu},"
-                         f"in-place-epilogues={cpu},concat-views={cpu}}}{streams}")
+                         f"borders-in-arena={cpu},in-place-epilogues={cpu},concat-views={cpu}}}{streams}")
     return file_order_bound
 
 
@@ -58,6 +58,10 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
 
     tgt = make_target(target, arch)
     file_order_bound = plan_module(module, target, entry, concurrent=concurrent)
+    if target != "llvm" and any(isinstance(op, View) and op.pads for op in module[entry].ops):
+        # Only the CPU schedules write a bordered view's border (schedule_cpu.write_borders).
+        raise GCError(f"a plan with bordered views of the arena (plan-memory's borders-in-arena) builds for "
+                      f"llvm only, not {target}: plan it without borders-in-arena")
     # A launch whose inputs already lie where it would copy them (concat views) needs no kernel at all.
     idle = {r for op in copies_nothing(module, module[entry]) for r in op.results}
     kernels = [k for k in kernels_of(module, entry)
@@ -211,6 +215,13 @@ def _plan(module: Module, entry: str, kernels: list[Kernel],
         buffers[i]["shape"] = list(value.shape)
         return i
 
+    def bordered(v: Value, pads, **where) -> None:
+        pads = layout.blocked_pads(pads) if v in stored else list(pads)
+        i = add(v, "bordered", pads=pads, **where)  # the interior: a strided view
+        whole[v] = len(buffers)  # the padded buffer itself, for convs that read it whole
+        buffers.append({"kind": "whole", "of": i, "shape": list(padded_shape(buffers[i]["shape"], pads)),
+                        "dtype": str(v.type.dtype)})
+
     for i, a in enumerate(f.args):
         add(a, "arg", index=i, name=a.name)
     steps: list[dict] = []
@@ -219,17 +230,15 @@ def _plan(module: Module, entry: str, kernels: list[Kernel],
             const(op)
         elif isinstance(op, Arena):
             add(op.result, "arena", size=op.size, align=op.align)
+        elif isinstance(op, View) and op.pads:  # in the arena, its writer writing the border
+            bordered(op.result, op.pads, arena=slot[op.operands[0]], offset=op.offset)
         elif isinstance(op, View):
             if op.result.type.nbytes == 0:  # nothing to point at: an empty buffer of its own
                 add(op.result, "temp")
             else:
                 add(op.result, "view", arena=slot[op.operands[0]], offset=op.offset)
-        elif isinstance(op, Alloc) and op.pads:
-            pads = layout.blocked_pads(op.pads) if op.result in stored else list(op.pads)
-            i = add(op.result, "bordered", pads=pads)  # the interior: a strided view
-            whole[op.result] = len(buffers)  # the padded buffer itself, for convs that read it whole
-            buffers.append({"kind": "whole", "of": i, "shape": list(padded_shape(buffers[i]["shape"], pads)),
-                            "dtype": str(op.result.type.dtype)})
+        elif isinstance(op, Alloc) and op.pads:  # a buffer of its own, zeroed once
+            bordered(op.result, op.pads)
         elif isinstance(op, Alloc):
             add(op.result, "temp")
         elif isinstance(op, Launch):

@@ -157,7 +157,7 @@ def _storage_groups(f: Func, launches: list[Launch]) -> dict[Value, list[Value]]
                     union(r, by_dest[d])
                 by_dest[d] = r
             elif isinstance(owner, View):
-                where[r] = (owner.operands[0], owner.offset, owner.offset + r.type.nbytes)
+                where[r] = (owner.operands[0], owner.offset, owner.offset + owner.padded_bytes)
         for r in op.results:
             if r not in where:
                 continue

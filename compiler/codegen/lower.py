@@ -31,6 +31,9 @@ class Kernel:
     # The zero border (mem.alloc pads) around each input's and output's storage, or None (compact).
     in_pads: list = field(default_factory=list)
     out_pads: list = field(default_factory=list)
+    # Whether the kernel writes each output's border's zeros too (a bordered view of the arena, whose bytes
+    # other tensors use at other times; a bordered buffer of its own is zeroed once, when it is made).
+    out_borders: list = field(default_factory=list)
     # How the PrimFunc takes each bordered input: "whole" (a conv reads the padded buffer in place) or
     # "interior" (a strided view of the tensor itself); None for compact inputs. Set by lower_kernel.
     in_views: list = field(default_factory=list)
@@ -50,6 +53,7 @@ def kernels_of(module: Module, entry: str) -> list[Kernel]:
     out: list[Kernel] = []
     names: dict[str, int] = {}
     pads: dict[Value, tuple[int, ...]] = {}  # values stored with a zero border (plan-memory conv-borders)
+    shared: set[Value] = set()  # those of them in the arena: their writers write the border
     for op in f.ops:
         if op.kind == "constant" or op.name.startswith("mem.") or op.name in ("exec.copy", "exec.signal",
                                                                                     "exec.wait"):
@@ -64,10 +68,13 @@ def kernels_of(module: Module, entry: str) -> list[Kernel]:
             k.callee = callee
             if op.name == "exec.launch":
                 for d, r in zip(op.destinations, op.results):
-                    if d.owner is not None and d.owner.name == "mem.alloc" and d.owner.pads:
+                    if d.owner is not None and d.owner.name in ("mem.alloc", "mem.view") and d.owner.pads:
                         pads[r] = tuple(d.owner.pads)
+                        if d.owner.name == "mem.view":
+                            shared.add(r)
             k.in_pads = [pads.get(v) for v in k.inputs]
             k.out_pads = [pads.get(v) for v in k.outputs]
+            k.out_borders = [v in shared for v in k.outputs]
         else:
             k = Kernel(_unique(op.name.split(".")[-1], names), [op], list(op.operands), list(op.results))
             k.params = list(op.operands)
@@ -131,16 +138,21 @@ def lower_kernel(k: Kernel, func: Func | None = None):
     outs = [_materialize(env[v], i, placeholders + [t for _, t in consts]) for i, v in enumerate(results)]
     k.const_ops = [op for op, _ in consts]
     first_out = len(placeholders) + len(consts)
+    borders = {}
     for j, v in enumerate(results):
         pads = k.out_pads[j] if j < len(k.out_pads) else None
         if pads is not None:
             strides[first_out + j] = padded_strides(v.type.shape, pads)
+            if j < len(k.out_borders) and k.out_borders[j]:
+                borders[str(first_out + j)] = [int(p) for p in pads]
     # Indices are int32 unless a tensor of the kernel has 2^31 elements or more (a flat index would wrap).
     large = any(v.type.size >= 2**31 - 1 for op in k.ops for v in (*op.operands, *op.results))
     prim = te.create_prim_func([*placeholders, *[t for _, t in consts], *outs],
                                index_dtype_override="int64" if large else None)
     if strides:
         prim = declare_strides(prim, strides)
+    if borders:  # written after scheduling (schedule_cpu.write_borders); part of what makes kernels alike
+        prim = prim.with_attr("gc.borders", borders)
     k.prim_func = prim.with_attr("global_symbol", k.name)
     return k.prim_func
 

@@ -89,7 +89,8 @@ class CompiledModel:
         total = 0
         for b in self.plan["buffers"]:
             n = math.prod(b["shape"]) * DType(b["dtype"]).itemsize
-            total += {"arena": b.get("size", 0), "temp": n, "whole": n}.get(b["kind"], 0)
+            own = b["kind"] == "whole" and "arena" not in self.plan["buffers"][b["of"]]
+            total += {"arena": b.get("size", 0), "temp": n, "whole": n if own else 0}.get(b["kind"], 0)
         return total + sum(math.prod(shape) * dt.itemsize for shape, dt in self.arg_types)
 
     def _step(self, c: dict, st: _CudaStreams | None):
@@ -265,11 +266,16 @@ class _Workspace:
                 self.bufs[i] = _view(self.bufs[b["arena"]], b["offset"], tuple(b["shape"]), dtype, self.keep)
             elif b["kind"] == "bordered":
                 shape, pads = tuple(b["shape"]), b["pads"]
-                buf = tvm.runtime.tensor(np.zeros(padded_shape(shape, pads), DType(b["dtype"]).np), dev)
+                if "arena" in b:  # arena bytes, the border written by the kernel that writes the tensor
+                    base, at = self.bufs[b["arena"]], b["offset"]
+                    buf = _view(base, at, padded_shape(shape, pads), dtype, self.keep)
+                else:  # a buffer of its own, zeroed here once: nothing else writes its border
+                    buf = tvm.runtime.tensor(np.zeros(padded_shape(shape, pads), DType(b["dtype"]).np), dev)
+                    base, at = buf, 0
                 self.whole[i] = buf
                 strides = padded_strides(shape, pads)
-                offset = sum(lo * st for lo, st in zip(pads[: len(shape)], strides)) * buf.dtype.itemsize
-                self.bufs[i] = _view(buf, offset, shape, dtype, self.keep, list(strides))
+                offset = sum(lo * st for lo, st in zip(pads[: len(shape)], strides)) * DType(b["dtype"]).itemsize
+                self.bufs[i] = _view(base, at + offset, shape, dtype, self.keep, list(strides))
             elif b["kind"] == "whole":
                 self.bufs[i] = self.whole[b["of"]]
         # TVM kernels assume 64-byte aligned buffers (vector loads); a misaligned input is copied here.

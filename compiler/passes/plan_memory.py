@@ -24,6 +24,10 @@ Output: the same function in the `mem`/`exec` dialects:
   (`mem.alloc {pads = [0, 0, 1, 1, 0, 0, 1, 1]}`); its producer writes the interior, and the
   convolution reads the bordered whole in place instead of copying its input padded on every call.
   The border is never written, so it stays zero from one call to the next.
+- `borders-in-arena` (on in the CPU build, with `conv-borders`): those tensors are views of the arena,
+  placed with their borders like any other tensor (`mem.view {offset = .., pads = [..]}`), so their
+  bytes serve other tensors at other times; the kernel that writes such a tensor writes its border's
+  zeros as well (a few stores a row: what sharing the bytes costs).
 - `concat-views` (on in the CPU build): where a concat's result is its operands laid end to end (one
   image, channels joined: `Op.operand_offsets`), each operand's producer writes straight into its place
   in the concat's bytes, and the concat's launch, left in the plan, copies each operand onto itself:
@@ -40,11 +44,21 @@ bordered-bytes (the zero-bordered buffers, outside the arena; part of arena-byte
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from compiler.diagnostics import GCError
 from compiler.ir import Func, Module, Op, SymbolRef, Value
-from compiler.memory import Block, check_plan, is_planned, lifetimes, lone_op, place, plan_stats, writes_in_place_over
+from compiler.memory import (
+    Block,
+    check_plan,
+    is_planned,
+    lifetimes,
+    lone_op,
+    place,
+    plan_stats,
+    round_up,
+    writes_in_place_over,
+)
 from compiler.passes import Pass
 from compiler.passes.fuse import unique_name
 from dialects.exec import Copy, Launch
@@ -68,6 +82,8 @@ class PlanMemory(Pass):
         "help": "let the producers of a concat's operands write into the concat's bytes (no copy)"})
     conv_borders: bool = field(default=False, metadata={
         "help": "give the input of a padded conv2d a zero-bordered buffer of its own, read in place"})
+    borders_in_arena: bool = field(default=False, metadata={
+        "help": "with conv-borders: place the bordered tensors in the arena, their writers writing the border"})
 
     def __post_init__(self) -> None:
         if self.align < 1 or self.align & (self.align - 1):
@@ -88,7 +104,8 @@ class PlanMemory(Pass):
             borders = _borders(module, f) if self.conv_borders else {}
             in_place = _InPlace(self.in_place, self.in_place_epilogues)
             views = self.concat_views and not self.concurrent
-            stats = _plan(module, f, self.align, in_place, self.concurrent, borders, views)
+            stats = _plan(module, f, self.align, in_place, self.concurrent, borders, views,
+                          self.borders_in_arena and not self.concurrent)
             self.stats.update(stats)
         module.funcs = {f.name: f for f in order}
         for f in module:
@@ -179,17 +196,21 @@ class _InPlace:
 
 
 def _plan(module: Module, f: Func, align: int, in_place: _InPlace, concurrent: bool,
-          borders: dict[Value, tuple[int, ...]], concat_views: bool = False) -> dict[str, int]:
+          borders: dict[Value, tuple[int, ...]], concat_views: bool = False, in_arena: bool = False) -> dict[str, int]:
     steps = [op for op in f.ops if op.kind != "constant"]
     every = lifetimes(f, steps, align)
     donors = _border_donors(module, steps, borders, every, in_place) if borders and not concurrent else {}
     borders = dict(borders)
     for v, u in donors.items():  # in program order: a donor may itself have taken its input's buffer
         borders[v] = borders[u]
-    lts = [lt for lt in every if lt.value not in borders]
+    if in_arena:  # bordered tensors in the arena, at their padded size
+        lts = [replace(lt, size=round_up(padded_bytes(lt.value.type, borders[lt.value]), align))
+               if lt.value in borders else lt for lt in every]
+    else:
+        lts = [lt for lt in every if lt.value not in borders]
     life = {lt.value: lt for lt in lts}
     order = _Order(steps) if concurrent else None
-    parts = _concat_parts(module, f, steps, life, align) if concat_views else {}
+    parts = _concat_parts(module, f, steps, life, align, borders) if concat_views else {}
     # A concat's bytes are live from the first of its operands' writes (they write into them).
     place_of = {v: _place(v, parts) for v in parts}
     first = {}
@@ -205,7 +226,7 @@ def _plan(module: Module, f: Func, align: int, in_place: _InPlace, concurrent: b
         if lt.value in first:
             block_of[lt.value] = Block(lt.size, first[lt.value], lt.end, members=[lt.value])
             continue
-        donor = (_donor(module, lt.value.owner, life, block_of, order, in_place.epilogues)
+        donor = (_donor(module, lt.value.owner, life, block_of, order, in_place.epilogues, borders)
                  if in_place.elementwise else None)
         if donor is not None:
             b = block_of[donor]
@@ -232,7 +253,7 @@ def _plan(module: Module, f: Func, align: int, in_place: _InPlace, concurrent: b
     # Bordered buffers are shared only by tensors of one shape and border; where they would make the plan
     # bigger than a buffer per tensor (a short chain of convs: little else to share), the convs copy
     # their input padded instead.
-    shared = _share_borders(borders, every, donors)
+    shared = [] if in_arena else _share_borders(borders, every, donors)
     bordered = sum(padded_bytes(group[0].type, borders[group[0]]) for group in shared)
     if borders and size + bordered > sum(lt.value.type.nbytes for lt in every):
         return _plan(module, f, align, in_place, concurrent, {}, concat_views)
@@ -247,16 +268,17 @@ def _plan(module: Module, f: Func, align: int, in_place: _InPlace, concurrent: b
     return stats
 
 
-def _concat_parts(module: Module, f: Func, steps: list[Op], life: dict, align: int) -> dict[Value, tuple[Value, int]]:
+def _concat_parts(module: Module, f: Func, steps: list[Op], life: dict, align: int,
+                  borders: dict[Value, tuple[int, ...]]) -> dict[Value, tuple[Value, int]]:
     """Operand -> (the concat's result, its byte offset there) for every concat whose producers may write
     straight into its bytes: a lone op whose result is its operands end to end (`operand_offsets`), its
-    result an arena intermediate, each operand distinct, written by a kernel, read by this concat alone
-    and at an aligned offset."""
+    result an arena intermediate without a border, each operand distinct, written by a kernel, read by
+    this concat alone, without a border and at an aligned offset."""
     uses = f.users()
-    returned = set(f.results)
+    returned = set(f.results) | set(borders)
     out: dict[Value, tuple[Value, int]] = {}
     for call in steps:
-        if not isinstance(call, Call) or len(call.results) != 1 or call.result not in life:
+        if not isinstance(call, Call) or len(call.results) != 1 or call.result not in life or call.result in borders:
             continue
         op = lone_op(module[call.callee.name])  # (its operands are the kernel's arguments, in order)
         offsets = op.operand_offsets() if op is not None else None
@@ -354,9 +376,9 @@ class _Order:
 
 
 def _donor(module: Module, call: Op, life: dict, block_of: dict, order: _Order | None,
-           epilogues: bool) -> Value | None:
-    """The input the kernel may write its output over: same shape and bytes, read element for element
-    (`writes_in_place_over`), dies here."""
+           epilogues: bool, borders: dict[Value, tuple[int, ...]]) -> Value | None:
+    """The input the kernel may write its output over: same shape, bytes and border, read element for
+    element (`writes_in_place_over`), dies here."""
     kernel = module[call.callee.name]
     if len(call.results) != 1:
         return None
@@ -367,6 +389,7 @@ def _donor(module: Module, call: Op, life: dict, block_of: dict, order: _Order |
         # Read once (a second read could see the new value), and nothing else in its block lives on.
         if (lt is not None and v in block_of and lt.end == step and block_of[v].end == step
                 and v.type.shape == out.type.shape and v.type.nbytes == out.type.nbytes
+                and borders.get(v) == borders.get(out)
                 and (order is None or all(order.done_before(w, step, but=step) for w in block_of[v].members))
                 and _overwritable(call, kernel, i, epilogues)):
             return v
@@ -397,7 +420,8 @@ def _rewrite(f: Func, steps: list[Op], block_of: dict[Value, Block], size: int, 
         for r in step.results:
             if r in block_of:
                 at = block_of[r].offset + offset_in.get(r, 0)
-                view = View([arena.result], {"offset": at}, [r.type], step.loc)
+                attrs = {"offset": at, "pads": list(borders[r])} if r in borders else {"offset": at}
+                view = View([arena.result], attrs, [r.type], step.loc)
             elif r in borders:
                 first = group_of[r][0]
                 if first not in bordered:  # the buffer, made where its first tensor is written

@@ -6,6 +6,9 @@ Arguments and constants stay where they are. With `plan-memory{conv-borders=true
 tensor that a padded convolution reads gets a buffer of its own with a zero border as wide as the
 padding (`mem.alloc {pads = ...}`): its producer writes the interior, the border stays zero, and the
 convolution reads the whole bordered buffer in place instead of copying its input padded every call.
+With `plan-memory{borders-in-arena=true}` (the CPU build) such a tensor is a view of the arena instead
+(`mem.view {pads = ...}`), its bytes shared with other tensors at other times: the kernel that writes it
+writes its border's zeros too.
 
     %arena = mem.arena {size = 524288} : tensor<524288xi8>
     %t = mem.view(%arena) {offset = 262144} : tensor<64x1024xf32>
@@ -50,17 +53,26 @@ class Arena(Op, name="mem.arena"):
 
 
 class View(Op, name="mem.view"):
-    """A tensor at a byte offset in the arena:  %t = mem.view(%arena) {offset = 256} : tensor<8x8xf32>"""
+    """A tensor at a byte offset in the arena:  %t = mem.view(%arena) {offset = 256} : tensor<8x8xf32>
+
+    With `pads` (as mem.alloc's), the bytes from `offset` hold the tensor with a zero border around it
+    (`padded_bytes` of them) and the tensor is their interior: a consumer may read the padded whole in
+    place (a convolution with that padding). Other tensors use those bytes at other times, so the launch
+    that writes the tensor writes the border's zeros as well as the interior."""
 
     arena = operand()
     offset = attribute(int, doc="bytes from the arena's start")
+    pads = attribute("ints", (), doc="a zero border around the tensor: begin per dim, then end per dim")
 
     def infer(self, arena: TensorType) -> TensorType:
         t = _written_type(self)
         if arena.rank != 1 or arena.dtype != DType.i8:
             raise self.error(f"operand must be an arena (tensor<Nxi8>), got {arena}")
-        if self.offset < 0 or self.offset + t.nbytes > arena.shape[0]:
-            raise self.error(f"bytes [{self.offset}, {self.offset + t.nbytes}) of {t} lie outside the "
+        _check_pads(self, t)
+        size = padded_bytes(t, self.pads)
+        if self.offset < 0 or self.offset + size > arena.shape[0]:
+            what = f"{t} with pads {list(self.pads)}" if self.pads else str(t)
+            raise self.error(f"bytes [{self.offset}, {self.offset + size}) of {what} lie outside the "
                              f"{arena.shape[0]}-byte arena")
         owner = self.operands[0].owner
         align = owner.align if isinstance(owner, Arena) else 1
@@ -68,10 +80,16 @@ class View(Op, name="mem.view"):
             raise self.error(f"offset {self.offset} is not a multiple of the arena's alignment {align}")
         return t
 
+    @property
+    def padded_bytes(self) -> int:
+        """The arena bytes the view covers, border included."""
+        return padded_bytes(self.result.type, self.pads)
+
     def interpret(self, module: Module, arrays: list[np.ndarray]) -> list[np.ndarray]:
         t = self.result.type
-        raw = arrays[0].view(np.uint8)[self.offset : self.offset + t.nbytes]
-        return [raw.view(t.dtype.np).reshape(t.shape)]
+        raw = arrays[0].view(np.uint8)[self.offset : self.offset + self.padded_bytes]
+        whole = raw.view(t.dtype.np).reshape(padded_shape(t.shape, self.pads))
+        return [whole[_interior(t, self.pads)] if self.pads else whole]
 
     def flops(self) -> int:
         return 0
@@ -89,8 +107,7 @@ class Alloc(Op, name="mem.alloc"):
 
     def infer(self) -> TensorType:
         t = _written_type(self)
-        if self.pads and (len(self.pads) != 2 * t.rank or min(self.pads) < 0):
-            raise self.error(f"pads {list(self.pads)} must be {2 * t.rank} non-negative widths for {t}")
+        _check_pads(self, t)
         return t
 
     @property
@@ -108,12 +125,21 @@ class Alloc(Op, name="mem.alloc"):
         if not self.pads:
             return [np.full(t.shape, np.nan if t.dtype.is_float else 0).astype(t.dtype.np)]
         whole = np.zeros(self.padded_shape, t.dtype.np)
-        inside = tuple(slice(lo, lo + d) for d, lo in zip(t.shape, self.pads[: t.rank]))
+        inside = _interior(t, self.pads)
         whole[inside] = np.nan if t.dtype.is_float else 0  # a read before the write shows up
         return [whole[inside]]
 
     def flops(self) -> int:
         return 0
+
+
+def _check_pads(op: Op, t: TensorType) -> None:
+    if op.pads and (len(op.pads) != 2 * t.rank or min(op.pads) < 0):
+        raise op.error(f"pads {list(op.pads)} must be {2 * t.rank} non-negative widths for {t}")
+
+
+def _interior(t: TensorType, pads) -> tuple[slice, ...]:
+    return tuple(slice(lo, lo + d) for d, lo in zip(t.shape, pads[: t.rank])) if pads else ()
 
 
 def padded_shape(shape: tuple[int, ...], pads) -> tuple[int, ...]:

@@ -28,8 +28,8 @@ from compiler.diagnostics import GCError
 from compiler.files import check_writable
 from compiler.inputs import castable, save_npz
 from compiler.ir import Func, Module, Value
-from compiler.passes.autodiff import inline_calls
 from compiler.passes.make_train_step import build_train_step, trained_args
+from compiler.rewrite import inline_calls
 
 
 @dataclass

@@ -16,9 +16,10 @@ from compiler.interpreter import run
 from compiler.ir import Op, TensorType, operand
 from compiler.parser import parse, parse_file
 from compiler.passes import InputError
-from compiler.passes.autodiff import Autodiff, append_backward, build_grad, inline_calls
+from compiler.passes.autodiff import Autodiff, append_backward, build_grad
 from compiler.pipeline import parse_pipeline, run_pipeline
 from compiler.printer import print_module
+from compiler.rewrite import inline_calls
 
 TRAIN_MLP = ROOT / "examples" / "train_mlp.gir"
 

@@ -32,8 +32,8 @@ from compiler.memory import (
     plan_stats,
     writes_in_place_over,
 )
+from compiler.memory.order import choose_order
 from compiler.parser import parse, parse_file
-from compiler.passes.schedule import choose_order
 from compiler.pipeline import run_pipeline
 from compiler.printer import print_module
 from dialects.mem import padded_shape

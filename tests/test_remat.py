@@ -22,10 +22,10 @@ from compiler.inputs import random_inputs
 from compiler.interpreter import run
 from compiler.ir import Module
 from compiler.memory import peak_bytes, plan_stats
+from compiler.memory.order import choose_order
 from compiler.parser import parse
 from compiler.passes import load_all
 from compiler.passes.remat import Grad
-from compiler.passes.schedule import choose_order
 from compiler.pipeline import PIPELINES, parse_pipeline, run_pipeline
 from compiler.printer import print_module
 from compiler.stats import module_stats

@@ -23,31 +23,8 @@ import numpy as np
 from compiler.builder import Builder
 from compiler.ir import Func, Module, Op, Value
 from compiler.passes import InputError, Pass
-from compiler.rewrite import erase_dead_ops
+from compiler.rewrite import erase_dead_ops, inline_calls
 from dialects.graph import creation
-
-
-def inline_calls(module: Module, f: Func) -> int:
-    """Replace each graph.call in `f` by a copy of the callee's body, callees of callees too; returns how
-    many calls were inlined. The call's results keep their names on the values that replace them."""
-    count, i = 0, 0
-    while i < len(f.ops):
-        op = f.ops[i]
-        if not isinstance(op, creation.Call):
-            i += 1
-            continue
-        body = op.lookup(module).clone()
-        outside = dict(zip(body.args, op.operands))
-        for new in body.ops:
-            new.operands = [outside.get(v, v) for v in new.operands]
-        f.ops[i : i + 1] = body.ops  # i stays: the inlined ops may hold calls of their own
-        for r, v in zip(op.results, body.results):
-            v = outside.get(v, v)
-            if v.owner in body.ops and r.name:
-                v.name = r.name
-            f.replace_all_uses(r, v)
-        count += 1
-    return count
 
 
 def active_values(f: Func, loss: Value, wrt: Sequence[Value]) -> set[Value]:

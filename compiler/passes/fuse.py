@@ -27,10 +27,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from compiler.diagnostics import GCError, Location
-from compiler.ir import Func, Module, Op, SymbolRef, Value
+from compiler.diagnostics import GCError
+from compiler.ir import Func, Module, Op, Value
 from compiler.passes import Pass
-from dialects.graph import creation
+from compiler.rewrite import outline
 from dialects.graph.shape import Transpose
 
 ANCHOR = "out-elementwise-fusable"
@@ -233,33 +233,9 @@ def _outline(f: Func, groups: list[Group], taken: set[str]) -> list[Func]:
 
 def _kernel(body: list[Op], output: Op, taken: set[str]) -> tuple[Func, Op]:
     """The kernel function holding `body` (moved, in program order) and the call that replaces it."""
-    inside = {r for op in body for r in op.results}
-    inputs = list(dict.fromkeys(v for op in body for v in op.operands if v not in inside))
-    args = {v: Value(v.type, v.name) for v in inputs}
-    for op in body:
-        op.operands = [args.get(v, v) for v in op.operands]
-    compute = [op for op in body if op.kind != "constant"]
-    loc = Location.merge([op.loc for op in compute])
-    kernel = Func(unique_name(_kernel_name(compute), taken), list(args.values()), [output.result.type], loc)
-    kernel.attrs = {"kernel": True}
-    kernel.ops = body
-    kernel.results = [output.result]
-    kernel.return_loc = output.loc
-    call = creation.Call(inputs, {"callee": SymbolRef(kernel.name)}, [output.result.type], loc)
-    call.result.name = output.result.name
-    return kernel, call
+    return outline(body, [output.result], _kernel_name([op for op in body if op.kind != "constant"]), taken)
 
 
 def _kernel_name(ops: list[Op]) -> str:
     names = [op.name.split(".", 1)[-1] for op in ops]
     return "fused_" + "_".join(names[:NAME_OPS]) + ("_etc" if len(names) > NAME_OPS else "")
-
-
-def unique_name(name: str, taken: set[str]) -> str:
-    """`name`, or `name_1`, `name_2`, ...: the first not in `taken`, which it joins."""
-    out, n = name, 0
-    while out in taken:
-        n += 1
-        out = f"{name}_{n}"
-    taken.add(out)
-    return out

@@ -28,8 +28,8 @@ import numpy as np
 from compiler.builder import Builder
 from compiler.ir import DType, Func, Module, Op, Value
 from compiler.passes import InputError, Pass
-from compiler.passes.autodiff import append_backward, inline_calls
-from compiler.rewrite import erase_dead_ops
+from compiler.passes.autodiff import append_backward
+from compiler.rewrite import erase_dead_ops, inline_calls
 
 
 def step_name(func: str) -> str:

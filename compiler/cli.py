@@ -617,7 +617,7 @@ def _run_artifact(args) -> int:
     elif not args.inputs and model.arg_names:
         raise GCError("the model needs inputs: give --inputs IN.npz or --random-inputs SEED")
     outs = model(**given)
-    _report(args, outs, model.plan["result_types"])
+    _report(args, outs, model.plan.result_types)
     if args.profile is not None:
         print(model.profile(**given, repeat=args.profile, in_call=args.in_call).render())
     return 0
@@ -630,7 +630,7 @@ def _artifact_random_inputs(model, seed: int) -> dict:
 
     if model.source is not None:
         module = parse(model.source, "<artifact>")
-        made = random_inputs(module[model.plan["entry"]], seed, module)
+        made = random_inputs(module[model.plan.entry], seed, module)
         return {k: v for k, v in made.items() if k in model.arg_names}
     rng = np.random.default_rng(seed)
     return {n: (rng.standard_normal(s) if d.kind == "f" else rng.integers(0, 10, s)).astype(d)
@@ -653,6 +653,7 @@ def cmd_compile(args) -> int:
     from dataclasses import asdict
 
     from compiler import cache, driver
+    from compiler.codegen.plan import Plan
     from compiler.files import copy_atomic
     from compiler.inputs import load_npz
     from compiler.printer import print_module
@@ -688,8 +689,9 @@ def cmd_compile(args) -> int:
         else None
     hit = cache.lookup_file(k) if k else None
     if hit is not None:
-        entry, plan = hit
+        entry, checked = hit
         copy_atomic(entry, out)
+        plan = Plan.from_json(checked)
     else:
         params = load_npz(args.params) if args.params else None
         model = driver.compile(text, options, params=params, name=name, use_cache=False)
@@ -697,11 +699,11 @@ def cmd_compile(args) -> int:
         if k:
             cache.store_file(k, Path(out), model)
         plan = model.plan
-    kernels = [c["kernel"] for c in plan["calls"] if "kernel" in c]
+    kernels = [c.kernel for c in plan.kernel_steps]
     num_kernels = len(kernels)
     seconds = time.perf_counter() - t0
     if args.stats:
-        stats = {**plan["memory"], "num_kernels": num_kernels, "compile_seconds": round(seconds, 4),
+        stats = {**plan.memory, "num_kernels": num_kernels, "compile_seconds": round(seconds, 4),
                  "target": args.target, "source": name, "kernels": kernels, "from_cache": hit is not None}
         write_atomic(args.stats, json.dumps(stats, indent=2) + "\n")
     how = ", from the compile cache" if hit is not None else ""

@@ -214,3 +214,19 @@ def test_saving_over_a_good_artifact_that_fails_leaves_it_whole(saved: Path, tmp
         model.save(target)
     assert target.read_bytes() == saved.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["keep.gcpkg"]
+
+
+def test_the_typed_plan_is_what_plan_json_says_and_comes_back_the_same(saved: Path) -> None:
+    """The build's Plan, written as plan.json and read back after the checks, is the same plan: every
+    slot kind the cnn has (arguments, constants, an arena, views, bordered views in it, their wholes,
+    channel-blocked layouts, result buffers) and every step."""
+    from compiler.codegen.plan import Plan
+
+    built = compiler.compile(str(CNN), "llvm", params={k: v for k, v in random_inputs(
+        parse_file(CNN)["main"], 0, parse_file(CNN)).items() if k != "x"}).plan
+    loaded = compiler.load(saved).plan
+    assert loaded == built == Plan.from_json(built.to_json())
+    kinds = {b.kind for b in loaded.buffers}
+    assert kinds == {"arg", "const", "arena", "view", "bordered", "whole", "temp"}
+    assert any(b.kind == "bordered" and b.in_arena for b in loaded.buffers) and any(b.layout for b in loaded.buffers)
+    assert all(s.kernel and s.ops and s.schedule for s in loaded.steps)

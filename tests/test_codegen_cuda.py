@@ -87,7 +87,7 @@ def build_or_skip(module: Module, pipeline: str | None = None, arch: str | None 
 
 def assert_one_cuda_kernel_per_graph_kernel(model, source: str) -> None:
     """Each graph kernel becomes <name>_kernel (dlight may split it: <name>_kernel_1, ...), and nothing else."""
-    graph_kernels = {c["kernel"] for c in model.plan["calls"] if "kernel" in c}
+    graph_kernels = {c.kernel for c in model.plan.steps if c.kernel}
     names = kernel_names(source)
     owners = {re.sub(r"_kernel(_\d+)?$", "", n) for n in names}
     assert owners == graph_kernels, f"CUDA kernels {names} for graph kernels {sorted(graph_kernels)}"
@@ -377,7 +377,7 @@ def test_profile_on_the_gpu_times_every_kernel_of_the_streams() -> None:
     model = build_or_skip(module, arch=None)
     inputs = random_inputs(module["main"], 0, module)
     p = model.profile(**inputs, repeat=3, warmup=1)
-    assert [r.name for r in p.rows if r.name != "copy"] == [c["kernel"] for c in model.plan["calls"] if "kernel" in c]
+    assert [r.name for r in p.rows if r.name != "copy"] == [c.kernel for c in model.plan.steps if c.kernel]
     assert all(r.us > 0 for r in p.rows) and p.target == "cuda"
 
 
@@ -389,7 +389,7 @@ BORDERED = ("canonicalize,fold-constants,cse,dce,fuse,schedule,plan-memory{align
 
 def test_a_plan_with_bordered_conv_inputs_compiles_to_cuda() -> None:
     model = compiler.compile(parse_file(ROOT / "examples/cnn.gir"), "cuda", pipeline=BORDERED, arch=ARCH)
-    assert [b["kind"] for b in model.plan["buffers"]].count("bordered") == 6
+    assert [b.kind for b in model.plan.buffers].count("bordered") == 6
     assert_one_cuda_kernel_per_graph_kernel(model, cuda_source(model.lib))
 
 

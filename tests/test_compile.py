@@ -156,7 +156,7 @@ def test_transposed_bound_weight_is_folded_once_at_compile_time() -> None:
     w = RNG.standard_normal((1024, 1024)).astype(np.float32)
     x = RNG.standard_normal((4, 1024)).astype(np.float32)
     m = compiler.compile(text, "llvm", params={"w": w})
-    assert m.num_kernels == 1 and [c["kernel"] for c in m.plan["calls"]] == ["matmul"]
+    assert m.num_kernels == 1 and [c.kernel for c in m.plan.steps] == ["matmul"]
     np.testing.assert_allclose(m(x)[0], x @ w.T, rtol=1e-4, atol=1e-4)
 
 
@@ -169,7 +169,7 @@ def test_transposed_argument_weight_is_read_in_place_by_the_matmul() -> None:
 }
 """
     m = compiler.compile(text, "llvm")
-    assert [c["kernel"] for c in m.plan["calls"]] == ["fused_transpose_matmul_add"]
+    assert [c.kernel for c in m.plan.steps] == ["fused_transpose_matmul_add"]
     w = RNG.standard_normal((40, 96)).astype(np.float32)
     x = RNG.standard_normal((8, 96)).astype(np.float32)
     b = RNG.standard_normal(40).astype(np.float32)
@@ -234,7 +234,7 @@ def test_repeated_kernels_are_built_once_and_run_on_their_own_weights(bound: boo
     ws = {f"w{i}": rng.standard_normal((16, 16, 3, 3)).astype(np.float32) * 0.2 for i in (0, 1, 2, 4)}
     ws["w3"] = rng.standard_normal((32, 16, 1, 1)).astype(np.float32) * 0.2
     model = compiler.compile(TWINS, "llvm", params=ws if bound else None)
-    symbols = [c["kernel"] for c in model.plan["calls"] if "kernel" in c]
+    symbols = [c.kernel for c in model.plan.steps if c.kernel]
     assert len(symbols) == 5 and symbols[1] == symbols[2] and symbols[4] not in symbols[:4]
     assert len(model.scheduled.functions) == len(set(symbols))
     got = model(x)[0] if bound else model(x, *ws.values())[0]
@@ -264,7 +264,7 @@ def test_a_library_built_in_parts_on_every_core_runs_saves_and_prints(monkeypatc
     from compiler.cli import _emit
 
     asm = _emit(model, "asm")
-    assert all(s in asm for s in {c["kernel"] for c in model.plan["calls"] if "kernel" in c})
+    assert all(s in asm for s in {c.kernel for c in model.plan.steps if c.kernel})
 
 
 KERNEL_RESULTS = """

@@ -50,8 +50,8 @@ def _calls(model, args: list | dict, want: np.ndarray, n: int = 3, rtol: float =
     for i in range(n):
         if i:
             for ws in model._idle:
-                for b, buf in zip(model.plan["buffers"], ws.bufs):
-                    if b["kind"] == "arena":
+                for b, buf in zip(model.plan.buffers, ws.bufs):
+                    if b.kind == "arena":
                         np.from_dlpack(buf).view(np.uint8)[:] = 0xFF
         got = model(**args)[0] if isinstance(args, dict) else model(*args)[0]
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
@@ -115,10 +115,10 @@ def test_compiled_cpu_code_reads_bordered_inputs_whole_or_strided(params: bool, 
     want = run(src, inputs)[0]
     bound = {k: v for k, v in inputs.items() if k != "x"} if params else None
     model = compiler.compile(NET, "llvm", params=bound)
-    kinds = [b["kind"] for b in model.plan["buffers"]]
+    kinds = [b.kind for b in model.plan.buffers]
     assert kinds.count("bordered") == kinds.count("whole") == 2
-    assert all("arena" in b for b in model.plan["buffers"] if b["kind"] == "bordered")
-    views = {c["kernel"]: [model.plan["buffers"][i]["kind"] for i in c["buffers"]] for c in model.plan["calls"]}
+    assert all(b.in_arena for b in model.plan.buffers if b.kind == "bordered")
+    views = {c.kernel: [model.plan.buffers[i].kind for i in c.buffers] for c in model.plan.steps}
     assert any("whole" in v for v in views.values())  # conv %b pads nothing: it reads %r's buffer whole
     assert sum("bordered" in v for v in views.values()) >= 3  # the producers and the other readers: interiors
     args = [inputs["x"]] if params else [inputs[a.name] for a in src["main"].args]
@@ -248,11 +248,11 @@ def test_a_residual_blocks_output_takes_its_inputs_bordered_buffer(nxt: str) -> 
     inputs = random_inputs(src["main"], 2, src)
     want = run(src, inputs)[0]
     model = compiler.compile(text, "llvm")
-    bufs = model.plan["buffers"]
-    dest = {c["kernel"]: bufs[c["buffers"][-1]] for c in model.plan["calls"] if "kernel" in c}
+    bufs = model.plan.buffers
+    dest = {c.kernel: bufs[c.buffers[-1]] for c in model.plan.steps if c.kernel}
     writer_of_a = next(k for k in dest if k.startswith("exp"))
     writer_of_o = next(k for k in dest if k.startswith("fused_conv2d_add_relu"))
-    assert dest[writer_of_o]["kind"] == dest[writer_of_a]["kind"] == "bordered"
-    assert (dest[writer_of_a]["offset"], dest[writer_of_a]["pads"]) == (dest[writer_of_o]["offset"],
-                                                                        dest[writer_of_o]["pads"])
+    assert dest[writer_of_o].kind == dest[writer_of_a].kind == "bordered"
+    assert (dest[writer_of_a].offset, dest[writer_of_a].pads) == (dest[writer_of_o].offset,
+                                                                        dest[writer_of_o].pads)
     _calls(model, inputs, want)  # %o's kernel writes the border too (zeros over zeros)

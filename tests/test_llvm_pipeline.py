@@ -111,7 +111,7 @@ def test_max_pools_run_in_vectors(monkeypatch, attrs, shape, out, strided) -> No
     text = (f"func @main(%x: tensor<{t_in}xf32>) -> tensor<{t_out}xf32> {{\n"
             f"  %p = graph.max_pool2d(%x) {{{attrs}}} : tensor<{t_out}xf32>\n  return %p\n}}\n")
     model = compiler.compile(text, "llvm")
-    assert [c["schedule"] for c in model.plan["calls"]] == ["pool"]
+    assert [c.schedule for c in model.plan.steps] == ["pool"]
     pool = next(t for t in seen if "max_pool2d" in t)
     body = pool[pool.index("compute_scope"):]
     assert ("T.Shuffle" in body) == strided

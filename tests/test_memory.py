@@ -544,7 +544,7 @@ def test_concat_operands_are_written_into_the_concat_and_the_concat_copies_nothi
     # Compiled: no step runs the concat, and the values are the interpreter's.
     text = FIRE.replace("BATCH", "1")
     model = compiler.compile(text, "llvm", cache=False)
-    assert not any(c.get("kernel", "").startswith("concat") for c in model.plan["calls"])
+    assert not any(c.kernel.startswith("concat") for c in model.plan.steps)
     assert_outputs(model(**inputs), expected, rtol=2e-5, atol=2e-5 * max(float(np.abs(w).max()) for w in expected))
 
 
@@ -636,7 +636,7 @@ def test_random_concat_nets_compile_and_match_the_interpreter(seed: int) -> None
     inputs = random_inputs(m["main"], 0, m)
     expected = run(m, inputs)
     model = compiler.compile(text, "llvm", cache=False)
-    calls = [c.get("kernel", "") for c in model.plan["calls"]]
+    calls = [c.kernel for c in model.plan.steps]
     # The returned concat copies; the other lies in place (read by a padded conv, it does where the plan
     # keeps no bordered buffer for it: a net this small is planned without borders).
     copies = sum(k.startswith("concat") for k in calls)
@@ -723,26 +723,26 @@ def test_compiled_model_runs_every_intermediate_inside_one_arena() -> None:
     import compiler
 
     m = compiler.compile(ROOT / "examples/cnn.gir", "llvm")
-    kinds = [b["kind"] for b in m.plan["buffers"]]
+    kinds = [b.kind for b in m.plan.buffers]
     assert kinds.count("arena") == 1 and "view" in kinds
-    arena = next(b for b in m.plan["buffers"] if b["kind"] == "arena")
-    views = [b for b in m.plan["buffers"] if b["kind"] == "view"]
-    bordered = [b for b in m.plan["buffers"] if b["kind"] == "bordered"]
+    arena = next(b for b in m.plan.buffers if b.kind == "arena")
+    views = [b for b in m.plan.buffers if b.kind == "view"]
+    bordered = [b for b in m.plan.buffers if b.kind == "bordered"]
     # The inputs of the six padded convs that are not the net's input (stem, b1a, p1, b2a, p2, b3a) and
     # the residual output written in place over the stem, each the interior of zero-bordered bytes of
     # the arena (4-D pads, or 5-D for a tensor stored channel-blocked: codegen/layout.py).
     assert len(bordered) == kinds.count("whole") == 7 and all(
-        b["pads"] in ([0, 0, 1, 1, 0, 0, 1, 1], [0, 0, 1, 1, 0, 0, 0, 1, 1, 0]) for b in bordered)
-    wholes = {i for i, b in enumerate(m.plan["buffers"]) if b["kind"] == "whole"}
-    assert sum(bool(wholes & set(c["buffers"])) for c in m.plan["calls"] if "kernel" in c) == 6
+        list(b.pads) in ([0, 0, 1, 1, 0, 0, 1, 1], [0, 0, 1, 1, 0, 0, 0, 1, 1, 0]) for b in bordered)
+    wholes = {i for i, b in enumerate(m.plan.buffers) if b.kind == "whole"}
+    assert sum(bool(wholes & set(c.buffers)) for c in m.plan.steps if c.kernel) == 6
     for b in views + bordered:
-        size = int(np.prod(padded_shape(b["shape"], b.get("pads")))) * 4
-        assert b["offset"] % 64 == 0 and b["offset"] + size <= arena["size"]
-    figures = m.plan["memory"]
-    assert figures["bordered_bytes"] == 0 and arena["size"] == figures["arena_bytes"] <= figures["naive_bytes"]
-    assert figures["tensor_bound_bytes"] <= figures["lower_bound_bytes"] <= arena["size"]
-    assert arena["size"] <= 1.05 * figures["lower_bound_bytes"]
-    assert kinds.count("temp") == len(m.plan["results"])  # the results' own buffers, nothing else
+        size = int(np.prod(padded_shape(b.shape, b.pads))) * 4
+        assert b.offset % 64 == 0 and b.offset + size <= arena.size
+    figures = m.plan.memory
+    assert figures["bordered_bytes"] == 0 and arena.size == figures["arena_bytes"] <= figures["naive_bytes"]
+    assert figures["tensor_bound_bytes"] <= figures["lower_bound_bytes"] <= arena.size
+    assert arena.size <= 1.05 * figures["lower_bound_bytes"]
+    assert kinds.count("temp") == len(m.plan.results)  # the results' own buffers, nothing else
     src = parse_file(ROOT / "examples/cnn.gir")
     inputs = random_inputs(src["main"], 3, src)
     expected = run(src, inputs)

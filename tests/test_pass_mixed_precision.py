@@ -316,7 +316,7 @@ def test_bound_weights_compile_without_weight_casts_at_run_time() -> None:
     model = compiler.compile(m, "llvm", pipeline=with_mixed_precision(PIPELINES["compile-llvm"], "f16"), params=params)
     # One kernel casts x, three are the layers (matmul + bias + relu, the last with its cast back).
     assert model.num_kernels == 4
-    assert all(b["dtype"] == "f16" for b in model.plan["buffers"] if b["kind"] == "const")
+    assert all(b.dtype == "f16" for b in model.plan.buffers if b.kind == "const")
     assert normwise_error(run(m, inputs), model(x=inputs["x"])) < BOUNDS["mlp", "f16"]
 
 

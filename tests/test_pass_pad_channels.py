@@ -27,8 +27,8 @@ def test_a_conv_of_odd_channels_takes_the_vector_rule_and_writes_only_its_channe
     inputs = random_inputs(module["main"], 0, module)
     want = run(module, inputs)[0]
     model = compiler.compile(text, "llvm", params={"w": inputs["w"], "b": inputs["b"]})
-    calls = [c for c in model.plan["calls"] if "kernel" in c]
-    assert [(c["ops"], c["schedule"]) for c in calls] == [(["conv2d", "slice", "relu"], "conv2d")]
+    calls = [c for c in model.plan.steps if c.kernel]
+    assert [(c.ops, c.schedule) for c in calls] == [(("conv2d", "slice", "relu"), "conv2d")]
     np.testing.assert_allclose(model(inputs["x"])[0], want, rtol=1e-4, atol=1e-5)
 
 

@@ -30,7 +30,7 @@ def model():
 
 def test_one_row_per_kernel_with_its_ops_cost_and_source_line(model) -> None:
     p = model.profile(X, W, B, repeat=5, warmup=1)
-    assert [r.name for r in p.rows] == [c["kernel"] for c in model.plan["calls"]]
+    assert [r.name for r in p.rows] == [c.kernel for c in model.plan.steps]
     mm, soft = p.rows
     assert mm.ops == ["matmul", "add", "relu"] and mm.schedule == "matmul" and mm.loc == "<text>:2"
     # 2 flops per multiply-add, one per element for the bias add and the relu (as `gc stats` counts them).

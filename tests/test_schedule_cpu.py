@@ -791,7 +791,7 @@ def test_pools_get_the_pool_rule_with_a_fused_relu(op: str, attrs: str, shape: t
             f"  %p = graph.{op}(%x) {{{attrs}}} : tensor<{t_out}xf32>\n"
             f"  %r = graph.relu(%p) : tensor<{t_out}xf32>\n  return %r\n}}\n")
     model = compiler.compile(text, "llvm")
-    assert [c["schedule"] for c in model.plan["calls"]] == ["pool"]
+    assert [c.schedule for c in model.plan.steps] == ["pool"]
     x = rand(shape)
     np.testing.assert_allclose(model(x)[0], interpret(parse(text), {"x": x})[0], rtol=1e-5, atol=1e-6)
 
@@ -806,7 +806,7 @@ def test_a_pool_to_one_pixel_is_left_to_the_rows_rule() -> None:
     text = ("func @main(%x: tensor<1x128x4x4xf32>) -> tensor<1x128x1x1xf32> {\n"
             "  %g = graph.avg_pool2d(%x) {kernel = [4, 4]} : tensor<1x128x1x1xf32>\n  return %g\n}\n")
     model = compiler.compile(text, "llvm")
-    assert [c["schedule"] for c in model.plan["calls"]] != ["pool"]
+    assert [c.schedule for c in model.plan.steps] != ["pool"]
     x = rand((1, 128, 4, 4))
     np.testing.assert_allclose(model(x)[0], interpret(parse(text), {"x": x})[0], rtol=1e-5, atol=1e-6)
 
@@ -825,7 +825,7 @@ def compile_gir(text: str, weights: tuple[str, ...] = ()):
     want = compiler.run(module, inputs)
     model = compiler.compile(text, "llvm", params={k: inputs[k] for k in weights})
     got = model(**{k: v for k, v in inputs.items() if k not in weights})
-    return got, want, [c["schedule"] for c in model.plan["calls"] if "kernel" in c]
+    return got, want, [c.schedule for c in model.plan.steps if c.kernel]
 
 
 def depthwise_gir(c: int, h: int, w: int, k: int, s: int, mult: int = 1, epilogue: str = "clip", dil: int = 1) -> str:

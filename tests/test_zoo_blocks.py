@@ -200,13 +200,13 @@ def test_block_matches_the_interpreter(name: str, bound: bool) -> None:
     assert_outputs(got, want, rtol=2e-5, atol=2e-5 * max(float(np.abs(w).max()) for w in want))
     if not bound:
         return  # (weights passed per call: 58 output channels are not padded to a multiple of 4, see pad-channels)
-    calls = [c for c in model.plan["calls"] if "kernel" in c]
-    conv_rules = {c["schedule"] for c in calls if "conv2d" in c["ops"] or "matmul" in c["ops"]}
+    calls = [c for c in model.plan.steps if c.kernel]
+    conv_rules = {c.schedule for c in calls if "conv2d" in c.ops or "matmul" in c.ops}
     # Every rule the block's kind needs is taken, and no conv or matmul falls back to the generic schedule
     # (the SE block's convs of one pixel are rows: dot products).
     assert rules <= conv_rules and not conv_rules & {"generic", "none"}, conv_rules
-    layouts = [b for b in model.plan["buffers"] if "layout" in b]
-    assert bool(layouts) == blocked, [b["shape"] for b in layouts]
+    layouts = [b for b in model.plan.buffers if b.layout]
+    assert bool(layouts) == blocked, [b.shape for b in layouts]
 
 
 @pytest.mark.parametrize("name", sorted(BLOCKS))
@@ -219,7 +219,7 @@ def test_blocked_layout_changes_no_value(monkeypatch, name: str) -> None:
     _, blocked, want = _compile(text, True)
     monkeypatch.setattr(layout, "ENABLED", False)
     model, nchw, _ = _compile(text, True)
-    assert not any("layout" in b for b in model.plan["buffers"])
+    assert not any(b.layout for b in model.plan.buffers)
     assert_outputs(blocked, nchw, rtol=2e-5, atol=2e-5 * max(float(np.abs(w).max()) for w in want))
 
 
@@ -248,25 +248,25 @@ def test_tensors_sharing_bytes_share_a_layout(name: str) -> None:
     text = IN_PLACE if name == "in_place" else BLOCKS[name][0]
     model, got, want = _compile(text, True)
     assert_outputs(got, want, rtol=2e-5, atol=2e-5 * max(float(np.abs(w).max()) for w in want))
-    bufs = model.plan["buffers"]
+    bufs = model.plan.buffers
 
     def span(i: int):
         b = bufs[i]
-        size = int(np.prod(padded_shape(b["shape"], b.get("pads")))) * 4  # a bordered view: its border too
-        return (b["arena"], b["offset"], b["offset"] + size) if "arena" in b else None
+        size = int(np.prod(padded_shape(b.shape, b.pads))) * 4  # a bordered view: its border too
+        return (b.arena, b.offset, b.offset + size) if b.in_arena else None
 
     shared = 0
-    for call in (c for c in model.plan["calls"] if "kernel" in c):
-        ids = call["buffers"]
+    for call in (c for c in model.plan.steps if c.kernel):
+        ids = call.buffers
         for i in ids[:-1]:
             a, b = span(ids[-1]), span(i)
             # The same buffer, or overlapping views of the arena (an output over its input, bordered or not).
             if i == ids[-1] or (a and b and a[0] == b[0] and a[1] < b[2] and b[1] < a[2]):
                 shared += 1
-                assert bufs[ids[-1]].get("layout") == bufs[i].get("layout"), (call["kernel"], bufs[ids[-1]], bufs[i])
+                assert bufs[ids[-1]].layout == bufs[i].layout, (call.kernel, bufs[ids[-1]], bufs[i])
     if name == "in_place":
         # the adds are written in place, and blocked: the check checked something
-        assert shared > 0 and any("layout" in b for b in bufs)
+        assert shared > 0 and any(b.layout for b in bufs)
 
 
 def test_concats_of_whole_channel_blocks_are_stored_blocked() -> None:
@@ -275,9 +275,9 @@ def test_concats_of_whole_channel_blocks_are_stored_blocked() -> None:
     transpose; its values are the interpreter's."""
     model, got, want = _compile(DENSE, True)
     assert_outputs(got, want, rtol=2e-5, atol=2e-5 * max(float(np.abs(w).max()) for w in want))
-    bufs = model.plan["buffers"]
-    concats = [c for c in model.plan["calls"] if "kernel" in c and "concat" in c["ops"]]
+    bufs = model.plan.buffers
+    concats = [c for c in model.plan.steps if c.kernel and "concat" in c.ops]
     assert len(concats) == 2
     for c in concats:
-        assert c["schedule"] == "generic"
-        assert all("layout" in bufs[i] for i in (c["buffers"][0], c["buffers"][-1])), c
+        assert c.schedule == "generic"
+        assert all(bufs[i].layout for i in (c.buffers[0], c.buffers[-1])), c

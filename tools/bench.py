@@ -498,20 +498,20 @@ def _direct_calls(model, args: list[np.ndarray]) -> tuple[Callable[[], None], ob
 
     plan, dev = model.plan, tvm.cpu(0)
     bufs = []
-    for buf in plan["buffers"]:
-        if buf["kind"] == "arg":
-            bufs.append(tvm.runtime.tensor(args[buf["index"]], dev))
-        elif buf["kind"] == "const":
-            bufs.append(tvm.runtime.tensor(model.consts[buf["name"]], dev))
+    for buf in plan.buffers:
+        if buf.kind == "arg":
+            bufs.append(tvm.runtime.tensor(args[buf.index], dev))
+        elif buf.kind == "const":
+            bufs.append(tvm.runtime.tensor(model.consts[buf.name], dev))
         else:
-            bufs.append(tvm.runtime.empty(tuple(buf["shape"]), DType(buf["dtype"]).tvm, dev))
-    calls = [(model.lib[c["kernel"]], [bufs[i] for i in c["buffers"]]) for c in plan["calls"] if "kernel" in c]
+            bufs.append(tvm.runtime.empty(buf.shape, DType(buf.dtype).tvm, dev))
+    calls = [(model.lib[c.kernel], [bufs[i] for i in c.buffers]) for c in plan.kernel_steps]
 
     def run() -> None:
         for fn, xs in calls:
             fn(*xs)
 
-    return run, bufs[plan["results"][0]]
+    return run, bufs[plan.results[0]]
 
 
 # The three functions of the training benchmark: what each computes, and the expected arrays it returns.

@@ -96,7 +96,7 @@ def time_gc(case: dict, seconds: float) -> dict:
     t0 = time.perf_counter()
     model = compiler.compile(case.get("path") or case["gir"], "llvm")
     compile_s = time.perf_counter() - t0
-    args = inputs_of([tuple(a["shape"]) for a in model.plan["args"]])
+    args = inputs_of([a.shape for a in model.plan.args])
     if case["np"] == "mlp":
         return {**timings(lambda: model(*args), seconds), "compile": compile_s}
     ws = model._take()  # held by kernels(): the arena's views live as long as the workspace

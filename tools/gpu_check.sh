@@ -78,11 +78,11 @@ def timed(m):
 for label, kw in [("default plan", {}), ("--concurrent", {"concurrent": True})]:
     m = compiler.compile("examples/inception.gir", "cuda", **kw)
     ok = [np.allclose(m(**inputs)[0], want, rtol=1e-3, atol=1e-4) for _ in range(5)]
-    streams = 1 + max(c.get("stream", 0) for c in m.plan["calls"])
+    streams = 1 + max(c.stream for c in m.plan.steps)
     multi = timed(m)
     (ws,) = m._idle  # one caller: the one workspace; its launches again, on the default stream alone
     ws.streams = None
-    ws.calls = [(fn, _getter(idx)) for fn, idx in filter(None, (m._step(c, None) for c in m.plan["calls"]))]
+    ws.calls = [(fn, _getter(idx)) for fn, idx in filter(None, (m._step(c, None) for c in m.plan.steps))]
     one = timed(m)
     print(f"{label}: {streams} streams, 5 calls match interp: {all(ok)}; whole call median {multi:.1f} us "
           f"on the streams, {one:.1f} us on one stream")

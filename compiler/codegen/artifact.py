@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from compiler.codegen.plan import Plan
 from compiler.diagnostics import GCError
 from compiler.ir import DType
 from compiler.parser import MAX_RANK
@@ -60,7 +61,8 @@ def save(model, path: str | Path) -> None:
     from compiler.files import check_writable, write_atomic
 
     check_writable(path)
-    members: dict[str, bytes] = {"plan.json": json.dumps({**plan_head(model.target), **model.plan}, indent=1).encode()}
+    members: dict[str, bytes] = {"plan.json": json.dumps({**plan_head(model.target), **model.plan.to_json()},
+                                                         indent=1).encode()}
     lib_bytes = model.lib_bytes
     if lib_bytes is None:  # compiled in this process; a loaded model keeps the library it came with
         with tempfile.TemporaryDirectory() as d:
@@ -213,9 +215,7 @@ def load(path: str | Path):
     for name in sorted({c["kernel"] for c in plan["calls"] if "kernel" in c}):
         if not lib.implements_function(name, True):
             raise r.error(f"the plan calls kernel '{name}', which lib.so does not define")
-    for key in ("target", "cpu_features", "cuda_source_only"):
-        plan.pop(key, None)
-    model = CompiledModel(lib, plan, restore_bf16(consts), target)
+    model = CompiledModel(lib, Plan.from_json(plan), restore_bf16(consts), target)
     model.source = source
     model.lib_bytes = lib_bytes
     return model

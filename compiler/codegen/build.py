@@ -9,6 +9,7 @@ import numpy as np
 
 from compiler.codegen import layout
 from compiler.codegen.lower import Kernel, kernels_of, lower_kernel
+from compiler.codegen.plan import Arg, Buffer, Plan, Step
 from compiler.codegen.runtime import CompiledModel
 from compiler.codegen.target import make_target, num_cores
 from compiler.diagnostics import GCError
@@ -99,11 +100,11 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     else:
         lib = tvm.compile(scheduled, target=tgt)
     plan, consts = _plan(module, entry, kernels, blocked)
-    plan["signatures"] = {name: signature(prim) for name, prim in funcs.items()}
+    plan.signatures = {name: signature(prim) for name, prim in funcs.items()}
     _check(plan, tgt)
     if file_order_bound is not None:
-        plan["memory"]["file_order_lower_bound_bytes"] = file_order_bound
-    plan["unaligned_inputs"] = bool(funcs) and all(_attr(p, "gc.unaligned") for p in funcs.values())
+        plan.memory["file_order_lower_bound_bytes"] = file_order_bound
+    plan.unaligned_inputs = bool(funcs) and all(_attr(p, "gc.unaligned") for p in funcs.values())
     model = CompiledModel(lib, plan, consts, tgt)
     model.lib_bytes = lib_bytes  # built as a shared library already: saved as it is
     model.sources = sources
@@ -160,7 +161,7 @@ class _Scheduler:
         self._entry(k, proposal)["owner"] = k
 
 
-def _check(plan: dict, target: dict) -> None:
+def _check(plan: Plan, target: dict) -> None:
     """The plan as the loader checks it (every call's buffers what its kernel takes, ...): a model compiled
     in this process runs its kernels unchecked too, so a planning bug is an error here, not bad memory."""
     from compiler.codegen.artifact import check_plan, plan_head
@@ -169,7 +170,7 @@ def _check(plan: dict, target: dict) -> None:
         return GCError(f"internal error: the plan gc made does not check: {message}; please report it with the "
                        "input file")
 
-    check_plan({**plan_head(target), **plan}, error)
+    check_plan({**plan_head(target), **plan.to_json()}, error)
 
 
 def signature(prim) -> list[list]:
@@ -181,26 +182,26 @@ def signature(prim) -> list[list]:
 
 
 def _plan(module: Module, entry: str, kernels: list[Kernel],
-          blocked: dict[Value, int]) -> tuple[dict, dict[str, np.ndarray]]:
-    """The planned entry function as data for the runtime: buffers (arguments, constants, the arena and its
+          blocked: dict[Value, int]) -> tuple[Plan, dict[str, np.ndarray]]:
+    """The planned entry function as the runtime's plan: buffers (arguments, constants, the arena and its
     views, result buffers) and the steps (kernel calls, copies, stream events) in order. A buffer holding
     channel-blocked tensors (`blocked`: value -> block width) has their 5-D shape, and pads."""
     f = module[entry]
     # Destinations (views, allocations) by the block width of the tensors written into them.
     stored = {d: blocked[r] for op in f.ops if isinstance(op, Launch)
               for d, r in zip(op.destinations, op.results) if r in blocked}
-    buffers: list[dict] = []
+    buffers: list[Buffer] = []
     slot: dict[Value, int] = {}
     whole: dict[Value, int] = {}  # a bordered value -> the slot of its whole padded buffer
     consts: dict[str, np.ndarray] = {}
     by_output = {v: k for k in kernels for v in k.outputs}
 
-    def add(v: Value, kind: str, **extra) -> int:
+    def add(v: Value, kind: str, shape=None, **extra) -> int:
         slot[v] = len(buffers)
-        shape = layout.blocked_shape(v.type.shape, stored[v]) if v in stored else v.type.shape
-        buffers.append({"kind": kind, "shape": list(shape), "dtype": str(v.type.dtype), **extra})
-        if v in stored:
-            buffers[-1]["layout"] = f"NCHW{stored[v]}c"
+        if shape is None:
+            shape = layout.blocked_shape(v.type.shape, stored[v]) if v in stored else v.type.shape
+        blocks = f"NCHW{stored[v]}c" if v in stored else ""
+        buffers.append(Buffer(kind, tuple(int(d) for d in shape), str(v.type.dtype), layout=blocks, **extra))
         return slot[v]
 
     def const(op, tag: str | None = None) -> int:
@@ -211,20 +212,17 @@ def _plan(module: Module, entry: str, kernels: list[Kernel],
 
             value = prepack(value, tag)
         consts[name] = value
-        i = add(op.result, "const", name=name)
-        buffers[i]["shape"] = list(value.shape)
-        return i
+        return add(op.result, "const", shape=value.shape, name=name)
 
     def bordered(v: Value, pads, **where) -> None:
-        pads = layout.blocked_pads(pads) if v in stored else list(pads)
+        pads = tuple(layout.blocked_pads(pads) if v in stored else pads)
         i = add(v, "bordered", pads=pads, **where)  # the interior: a strided view
         whole[v] = len(buffers)  # the padded buffer itself, for convs that read it whole
-        buffers.append({"kind": "whole", "of": i, "shape": list(padded_shape(buffers[i]["shape"], pads)),
-                        "dtype": str(v.type.dtype)})
+        buffers.append(Buffer("whole", padded_shape(buffers[i].shape, pads), str(v.type.dtype), of=i))
 
     for i, a in enumerate(f.args):
         add(a, "arg", index=i, name=a.name)
-    steps: list[dict] = []
+    steps: list[Step] = []
     for op in f.ops:
         if op.kind == "constant":
             const(op)
@@ -253,25 +251,20 @@ def _plan(module: Module, entry: str, kernels: list[Kernel],
             inner = [const(c, tags.get(i)) for i, c in enumerate(k.const_ops)]
             ins = [whole[v] if view == "whole" else slot[v]
                    for v, view in zip(op.inputs, k.in_views or [None] * len(op.inputs))]
-            steps.append({"kernel": k.symbol, "stream": op.stream,
-                          "buffers": ins + inner + [slot[v] for v in op.destinations],
-                          **_describe(k)})
+            steps.append(Step(op.stream, k.symbol, (*ins, *inner, *(slot[v] for v in op.destinations)),
+                              **_describe(k)))
         elif isinstance(op, Copy):
             slot[op.result] = slot[op.dest]
-            steps.append({"copy": [slot[op.source], slot[op.dest]], "stream": op.stream})
-        elif isinstance(op, (Signal, Wait)):
-            steps.append({op.name.split(".")[1]: op.event, "stream": op.stream})
+            steps.append(Step(op.stream, copy=(slot[op.source], slot[op.dest])))
+        elif isinstance(op, Signal):
+            steps.append(Step(op.stream, signal=op.event))
+        elif isinstance(op, Wait):
+            steps.append(Step(op.stream, wait=op.event))
         else:
             raise GCError(f"{op.name}: not expected in a planned function (a bug in gc)", op.loc)
-    plan = {
-        "entry": entry,
-        "memory": plan_stats(f),
-        "args": [{"name": a.name, "shape": list(a.type.shape), "dtype": str(a.type.dtype)} for a in f.args],
-        "buffers": buffers,
-        "calls": steps,
-        "results": [slot[v] for v in f.results],
-        "result_types": [str(v.type) for v in f.results],
-    }
+    args = [Arg(a.name, tuple(int(d) for d in a.type.shape), str(a.type.dtype)) for a in f.args]
+    plan = Plan(entry, args, buffers, steps, [slot[v] for v in f.results], [str(v.type) for v in f.results],
+                plan_stats(f))
     return plan, consts
 
 
@@ -280,7 +273,7 @@ def _describe(k: Kernel) -> dict:
     ops = [op for op in k.ops if op.kind != "constant"]
     loc = next((op.loc for op in ops if op.loc is not None), None)
     return {
-        "ops": [op.name.split(".", 1)[-1] for op in ops],
+        "ops": tuple(op.name.split(".", 1)[-1] for op in ops),
         "schedule": k.schedule,
         "flops": sum(op_flops(op) for op in ops),
         "bytes": sum(v.type.nbytes for v in (*k.inputs, *k.outputs))

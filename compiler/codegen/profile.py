@@ -10,7 +10,6 @@ results, so a kernel far from the machine's peak stands out.
 
 from __future__ import annotations
 
-import math
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -100,7 +99,7 @@ def profile(model, args, kwargs, repeat: int = 100, warmup: int = 10, in_call: b
         t = time.perf_counter()
         model(*args, **kwargs)
         calls.append(time.perf_counter() - t)
-    steps = [c for c in model.plan["calls"] if "kernel" in c or "copy" in c]
+    steps = [c for c in model.plan.steps if c.kernel or c.copy is not None]
     times: list[list[float]] = [[] for _ in steps]
     ws = model._take()
     try:
@@ -112,12 +111,10 @@ def profile(model, args, kwargs, repeat: int = 100, warmup: int = 10, in_call: b
     rows = []
     for i, (c, ts) in enumerate(zip(steps, times)):
         us = statistics.median(ts) * 1e6
-        if "kernel" in c:
-            rows.append(KernelTime(i, c["kernel"], list(c.get("ops", [])), c.get("schedule", ""), c.get("loc", ""),
-                                   int(c.get("flops", 0)), int(c.get("bytes", 0)), us))
+        if c.kernel:
+            rows.append(KernelTime(i, c.kernel, list(c.ops), c.schedule, c.loc, int(c.flops), int(c.bytes), us))
         else:
-            nbytes = _nbytes(model.plan["buffers"][c["copy"][0]])
-            rows.append(KernelTime(i, "copy", [], "", "", 0, 2 * nbytes, us))
+            rows.append(KernelTime(i, "copy", [], "", "", 0, 2 * model.plan.buffers[c.copy[0]].nbytes, us))
     notes = []
     if model.target["kind"] == "cuda" and model._nstreams > 1:
         notes.append("note: steps were timed one at a time; in a call the plan's streams overlap them")
@@ -145,9 +142,3 @@ def _time_steps(plain: list, times: list[list[float]], sync, repeat: int, warmup
         sync()
         for _ in range(repeat):
             timed(i)
-
-
-def _nbytes(buf: dict) -> int:
-    from compiler.ir import DType
-
-    return math.prod(buf["shape"]) * DType(buf["dtype"]).itemsize

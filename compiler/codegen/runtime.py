@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from compiler.codegen.plan import Plan, Step
 from compiler.diagnostics import GCError
 from compiler.inputs import castable, narrowed
 from compiler.ir import DType
@@ -31,7 +32,7 @@ class CompiledModel:
     back when it returns; the constants are shared. The pool grows to the number of calls ever in flight
     together, so a single-threaded caller allocates once, at its first call."""
 
-    def __init__(self, lib, plan: dict, consts: dict[str, np.ndarray], target: dict):
+    def __init__(self, lib, plan: Plan, consts: dict[str, np.ndarray], target: dict):
         import tvm
 
         self.lib = lib
@@ -51,22 +52,21 @@ class CompiledModel:
         # A cuda model builds anywhere but runs only beside a GPU, and CPU code only on a CPU with the
         # instructions it uses: elsewhere calls raise this.
         self.unavailable = _no_cuda_device(target) if target["kind"] == "cuda" else _no_cpu_features(target)
-        self.arg_names = [a["name"] for a in plan["args"]]
-        self.arg_types = [(tuple(a["shape"]), np.dtype(DType(a["dtype"]).np)) for a in plan["args"]]
-        self._consts: list = [None] * len(plan["buffers"])  # shared by every workspace: read only
-        for i, b in enumerate(plan["buffers"]):
-            if b["kind"] == "const" and not self.unavailable:
-                self._consts[i] = tvm.runtime.tensor(consts[b["name"]], self.device)
-        self._arg_slots = [next(i for i, b in enumerate(plan["buffers"]) if b["kind"] == "arg" and b["index"] == k)
-                           if any(b["kind"] == "arg" and b["index"] == k for b in plan["buffers"]) else -1
-                           for k in range(len(plan["args"]))]
-        self._nstreams = 1 + max((c.get("stream", 0) for c in plan["calls"]), default=0)
-        self._unaligned_ok = bool(plan.get("unaligned_inputs"))
+        self.arg_names = [a.name for a in plan.args]
+        self.arg_types = [(a.shape, np.dtype(DType(a.dtype).np)) for a in plan.args]
+        self._consts: list = [None] * len(plan.buffers)  # shared by every workspace: read only
+        for i, b in enumerate(plan.buffers):
+            if b.kind == "const" and not self.unavailable:
+                self._consts[i] = tvm.runtime.tensor(consts[b.name], self.device)
+        slots = {b.index: i for i, b in reversed(list(enumerate(plan.buffers))) if b.kind == "arg"}
+        self._arg_slots = [slots.get(k, -1) for k in range(len(plan.args))]
+        self._nstreams = 1 + max((c.stream for c in plan.steps), default=0)
+        self._unaligned_ok = plan.unaligned_inputs
         # Inputs that always go through staging: on a GPU; NumPy bf16 (no DLPack form); empty arrays (zero
         # strides, which TVM rejects).
         on_gpu = target["kind"] == "cuda"
         self._always_stage = [on_gpu or dt == _BF16 or 0 in shape for shape, dt in self.arg_types]
-        self._results = plan["results"]
+        self._results = plan.results
         # Idle workspaces; list.pop and list.append are atomic, so taking one needs no lock. The first is
         # made by the first call: compiling or saving a model allocates no arena.
         self._idle: list[_Workspace] = []
@@ -87,29 +87,28 @@ class CompiledModel:
     def workspace_bytes(self) -> int:
         """Device memory a call in flight takes: arenas, buffers of their own, zero-bordered copies, staging."""
         total = 0
-        for b in self.plan["buffers"]:
-            n = math.prod(b["shape"]) * DType(b["dtype"]).itemsize
-            own = b["kind"] == "whole" and "arena" not in self.plan["buffers"][b["of"]]
-            total += {"arena": b.get("size", 0), "temp": n, "whole": n if own else 0}.get(b["kind"], 0)
+        for b in self.plan.buffers:
+            own = b.kind == "whole" and not self.plan.buffers[b.of].in_arena
+            total += {"arena": b.size, "temp": b.nbytes, "whole": b.nbytes if own else 0}.get(b.kind, 0)
         return total + sum(math.prod(shape) * dt.itemsize for shape, dt in self.arg_types)
 
-    def _step(self, c: dict, st: _CudaStreams | None):
-        """A call of the plan as (function, buffer slots): a kernel, or a copy. Stream events order kernels
+    def _step(self, c: Step, st: _CudaStreams | None):
+        """A step of the plan as (function, buffer slots): a kernel, or a copy. Stream events order kernels
         on a GPU's streams; run one after the other (on the CPU, or one stream) they are already ordered."""
-        if "kernel" in c:
-            fn = self.lib[c["kernel"]]
-            return (st.on(c["stream"], fn) if st else fn), c["buffers"]
-        if "copy" in c:
-            return (st.on(c["stream"], _copy) if st else _copy), c["copy"]
-        if st and "signal" in c:
-            return (lambda e=c["signal"], s=c["stream"]: st.signal(e, s)), []
-        if st and "wait" in c:
-            return (lambda e=c["wait"], s=c["stream"]: st.wait(e, s)), []
+        if c.kernel:
+            fn = self.lib[c.kernel]
+            return (st.on(c.stream, fn) if st else fn), list(c.buffers)
+        if c.copy is not None:
+            return (st.on(c.stream, _copy) if st else _copy), list(c.copy)
+        if st and c.signal is not None:
+            return (lambda e=c.signal, s=c.stream: st.signal(e, s)), []
+        if st and c.wait is not None:
+            return (lambda e=c.wait, s=c.stream: st.wait(e, s)), []
         return None
 
     @property
     def num_kernels(self) -> int:
-        return sum(1 for c in self.plan["calls"] if "kernel" in c)
+        return len(self.plan.kernel_steps)
 
     def __call__(self, *args, **kwargs) -> list[np.ndarray]:
         return self._run(None, args, kwargs)
@@ -160,8 +159,8 @@ class CompiledModel:
 
     def _plain_calls(self) -> list:
         """The plan's kernels and copies as (function, buffer slots), off the streams (for profiling)."""
-        return [(self.lib[c["kernel"]] if "kernel" in c else _copy, c["buffers"] if "kernel" in c else c["copy"])
-                for c in self.plan["calls"] if "kernel" in c or "copy" in c]
+        return [(self.lib[c.kernel], list(c.buffers)) if c.kernel else (_copy, list(c.copy))
+                for c in self.plan.steps if c.kernel or c.copy is not None]
 
     def profile(self, *args, repeat: int = 100, warmup: int = 10, in_call: bool = False, **kwargs):
         """Time every kernel of a call on these inputs (see compiler.codegen.profile); `print(p.render())`.
@@ -173,7 +172,7 @@ class CompiledModel:
     def _bind_outputs(self, outputs: list[np.ndarray], bufs: list) -> list[bool]:
         """Check the caller's result arrays; those the kernels can write into directly replace the result
         buffers in `bufs` (on the CPU, C-contiguous, aligned as the kernels need, not bf16 or empty)."""
-        types = [(tuple(b["shape"]), np.dtype(DType(b["dtype"]).np)) for b in (self.plan["buffers"][r] for r in self._results)]
+        types = [(b.shape, np.dtype(DType(b.dtype).np)) for b in (self.plan.buffers[r] for r in self._results)]
         if len(outputs) != len(types):
             raise GCError(f"the model has {len(types)} result(s), got {len(outputs)} output array(s)")
         direct = []
@@ -183,7 +182,7 @@ class CompiledModel:
                 raise GCError(f"output {i} must be a writeable {dtype}{list(shape)} NumPy array, got {got}")
             # Only into a compact result (never a bordered buffer's strided interior, which no plan gc makes
             # returns, but a plan is checked, not trusted).
-            compact = self.plan["buffers"][self._results[i]]["kind"] in ("temp", "view")
+            compact = self.plan.buffers[self._results[i]].kind in ("temp", "view")
             ok = (compact and self.target["kind"] != "cuda" and o.flags.c_contiguous and dtype != _BF16 and o.size > 0
                   and (self._unaligned_ok or o.__array_interface__["data"][0] % ALIGN == 0)
                   and sum(1 for r in self._results if r == self._results[i]) == 1)
@@ -256,28 +255,27 @@ class _Workspace:
         self.bufs: list = list(model._consts)
         self.keep: list = []  # what keeps the arena's views valid (DLPack structs)
         self.whole: dict[int, object] = {}  # zero-bordered buffers, by the slot of their interior
-        for i, b in enumerate(plan["buffers"]):
-            dtype = DType(b["dtype"]).tvm
-            if b["kind"] == "temp":
-                self.bufs[i] = tvm.runtime.empty(tuple(b["shape"]), dtype, dev)
-            elif b["kind"] == "arena":
-                self.bufs[i] = tvm.runtime.empty((max(b["size"], 1),), "uint8", dev)
-            elif b["kind"] == "view":
-                self.bufs[i] = _view(self.bufs[b["arena"]], b["offset"], tuple(b["shape"]), dtype, self.keep)
-            elif b["kind"] == "bordered":
-                shape, pads = tuple(b["shape"]), b["pads"]
-                if "arena" in b:  # arena bytes, the border written by the kernel that writes the tensor
-                    base, at = self.bufs[b["arena"]], b["offset"]
-                    buf = _view(base, at, padded_shape(shape, pads), dtype, self.keep)
+        for i, b in enumerate(plan.buffers):
+            dtype = DType(b.dtype).tvm
+            if b.kind == "temp":
+                self.bufs[i] = tvm.runtime.empty(b.shape, dtype, dev)
+            elif b.kind == "arena":
+                self.bufs[i] = tvm.runtime.empty((max(b.size, 1),), "uint8", dev)
+            elif b.kind == "view":
+                self.bufs[i] = _view(self.bufs[b.arena], b.offset, b.shape, dtype, self.keep)
+            elif b.kind == "bordered":
+                if b.in_arena:  # arena bytes, the border written by the kernel that writes the tensor
+                    base, at = self.bufs[b.arena], b.offset
+                    buf = _view(base, at, padded_shape(b.shape, b.pads), dtype, self.keep)
                 else:  # a buffer of its own, zeroed here once: nothing else writes its border
-                    buf = tvm.runtime.tensor(np.zeros(padded_shape(shape, pads), DType(b["dtype"]).np), dev)
+                    buf = tvm.runtime.tensor(np.zeros(padded_shape(b.shape, b.pads), DType(b.dtype).np), dev)
                     base, at = buf, 0
                 self.whole[i] = buf
-                strides = padded_strides(shape, pads)
-                offset = sum(lo * st for lo, st in zip(pads[: len(shape)], strides)) * DType(b["dtype"]).itemsize
-                self.bufs[i] = _view(base, at + offset, shape, dtype, self.keep, list(strides))
-            elif b["kind"] == "whole":
-                self.bufs[i] = self.whole[b["of"]]
+                strides = padded_strides(b.shape, b.pads)
+                offset = sum(lo * st for lo, st in zip(b.pads[: len(b.shape)], strides)) * DType(b.dtype).itemsize
+                self.bufs[i] = _view(base, at + offset, b.shape, dtype, self.keep, list(strides))
+            elif b.kind == "whole":
+                self.bufs[i] = self.whole[b.of]
         # TVM kernels assume 64-byte aligned buffers (vector loads); a misaligned input is copied here.
         self.staging = [tvm.runtime.empty(shape, DType.from_numpy(dt).tvm, dev) for shape, dt in model.arg_types]
         # Streams: on a GPU, launches go to the CUDA streams assign-streams chose, ordered by events. On
@@ -285,18 +283,18 @@ class _Workspace:
         # which is a valid serial order of the streams.
         self.streams = None
         if model.target["kind"] == "cuda" and model._nstreams > 1:
-            nevents = 1 + max((c.get("signal", -1) for c in plan["calls"]), default=-1)
+            nevents = 1 + max((c.signal for c in plan.steps if c.signal is not None), default=-1)
             self.streams = _CudaStreams.create(dev, model._nstreams, nevents)
         # (function, getter of its buffers from the slot list): itemgetter picks them in C, which saves a
         # list per kernel per call.
-        steps = (model._step(c, self.streams) for c in plan["calls"])
+        steps = (model._step(c, self.streams) for c in plan.steps)
         self.calls = [(fn, _getter(idx)) for fn, idx in filter(None, steps)]
-        self.result_views = [self._view(model, r) for r in plan["results"]]
+        self.result_views = [self._view(model, r) for r in plan.results]
 
     def _view(self, model: CompiledModel, slot: int):
         """A NumPy view of a buffer allocated here, or None (arguments, constants, GPU memory)."""
         b = self.bufs[slot]
-        if b is None or model.target["kind"] == "cuda" or model.plan["buffers"][slot]["dtype"] == "bf16":
+        if b is None or model.target["kind"] == "cuda" or model.plan.buffers[slot].dtype == "bf16":
             return None
         try:
             return np.from_dlpack(b)

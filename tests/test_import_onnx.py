@@ -172,6 +172,24 @@ CASES = [
     case("GatherElements-3d-axis-1", node("GatherElements", ["x", "i"], axis=-1), {"x": rand(2, 3, 5)},
          inits={"i": np.int32(RNG.integers(-5, 5, (2, 3, 4)))},  # (the evaluator mishandles a negative axis)
          expect=lambda x, i: [np.take_along_axis(x, np.where(i < 0, i + 5, i), axis=-1)]),
+    case("GatherND-k1", node("GatherND", ["x", "i"]), {"x": rand(4, 3, 2), "i": ints(3, -1, 0).reshape(3, 1)}),
+    case("GatherND-k2-runtime-indices", node("GatherND", ["x", "i"]),
+         {"x": rand(4, 3, 2), "i": ints(0, 2, -1, -3, 3, 1).reshape(3, 2)}),
+    case("GatherND-batch-dims", node("GatherND", ["x", "i"], batch_dims=1),
+         {"x": rand(2, 4, 3), "i": ints(1, 3, 0, -2).reshape(2, 2, 1)}),
+    case("ScatterND-rows", node("ScatterND", ["x", "i", "u"]), {"x": rand(5, 3), "u": rand(2, 3)},
+         inits={"i": ints(4, 1).reshape(2, 1)}),
+    case("ScatterND-elements-negative", node("ScatterND", ["x", "i", "u"]), {"x": rand(3, 4), "u": rand(3)},
+         inits={"i": ints(0, 3, -1, 0, 1, -2).reshape(3, 2)}),
+    *(
+        case(f"ScatterND-{r}-repeated", node("ScatterND", ["x", "i", "u"], reduction=r), {"x": rand(4, 2), "u": rand(4, 2)},
+             inits={"i": ints(1, 3, 1, 1).reshape(4, 1)})
+        for r in ["add", "mul", "max", "min"]
+    ),
+    case("ScatterElements-axis1", node("ScatterElements", ["x", "i", "u"], axis=1), {"x": rand(3, 5), "u": rand(3, 2)},
+         inits={"i": ints(4, 0, -1, 2, 1, 3).reshape(3, 2)}),
+    case("ScatterElements-add-repeated", node("ScatterElements", ["x", "i", "u"], reduction="add"),
+         {"x": rand(3, 2), "u": rand(3, 2)}, inits={"i": ints(1, 1, 1, 0, 1, 1).reshape(3, 2)}),
     case("IsNaN", node("IsNaN", ["x"]), {"x": SPECIAL}),
     case("IsInf", node("IsInf", ["x"]), {"x": SPECIAL}),
     case("IsInf-negative-only", node("IsInf", ["x"], detect_positive=0), {"x": SPECIAL}),
@@ -544,6 +562,25 @@ def test_gather_elements_compiles_and_takes_along_the_axis(axis: int) -> None:
     model = make_model([node("GatherElements", ["x", "i"], axis=axis)], {"x": x, "i": i}, ["y"])
     (got,) = compiler.compile(import_onnx(model).module, "llvm", cache=False)(x=x, i=i)
     np.testing.assert_array_equal(got, np.take_along_axis(x, np.where(i < 0, i + d, i), axis=axis))
+
+
+def test_gather_nd_and_scatter_nd_compile() -> None:
+    """Swin-T builds its attention masks with ScatterND; indices of GatherND may come at run time."""
+    inputs = {"x": rand(4, 3, 2), "i": ints(0, 2, -1, -3, 3, 1).reshape(3, 2), "u": rand(3, 2)}
+    model = make_model([node("GatherND", ["x", "i"], ["g"]), node("ScatterND", ["x", "j", "u"], ["s"], reduction="add")],
+                       inputs, ["g", "s"], inits={"j": ints(1, 2, 1, 2, 0, 0).reshape(3, 2)})
+    expected = ReferenceEvaluator(model).run(None, inputs)
+    imported = import_onnx(model)
+    got = compiler.compile(imported.module, "llvm", cache=False)(**inputs, **imported.weights)
+    for g, e in zip(got, expected):
+        np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)
+
+
+def test_scatter_with_indices_computed_at_run_time_is_a_diagnostic() -> None:
+    model = make_model([node("ScatterND", ["x", "i", "u"])], {"x": rand(3, 2), "i": ints(0, 1).reshape(2, 1),
+                                                              "u": rand(2, 2)}, ["y"])
+    with pytest.raises(GCError, match=r"input #1 \(indices\) must be a constant"):
+        import_onnx(model)
 
 
 def test_gather_elements_with_indices_of_another_rank_is_a_diagnostic() -> None:

@@ -1003,6 +1003,119 @@ def gather_elements(n: Node) -> list:
     return [n.b.gather(n.b.reshape(data, shape=(-1,)), flat, axis=0)]
 
 
+@converts("GatherND", attrs="batch_dims")
+def gather_nd(n: Node) -> list:
+    """out[b..., i...] = data[b..., indices[b..., i..., :]] (the last axis of indices holds k coordinates into
+    data's axes after the b batch axes), as a graph.gather from data flattened to [B * P, R] (B batches, P the
+    indexed positions, R the rest) at each index's flat row: its coordinates times their strides, plus its
+    batch's offset. The indices may be computed at run time."""
+    data, idx = n.x(0), n.x(1)
+    r, q = data.type.rank, idx.type.rank
+    b = n.attr("batch_dims", 0)
+    if q < 1 or not 0 <= b < min(q, r):
+        raise n.error(f"batch_dims {b} must be below the ranks of data {data.type} and indices {idx.type}")
+    if idx.type.dtype not in (DType.i32, DType.i64):
+        raise n.error(f"indices must be i32 or i64, got {idx.type}")
+    k = idx.type.shape[-1]
+    if not 1 <= k <= r - b or tuple(idx.type.shape[:b]) != tuple(data.type.shape[:b]):
+        raise n.error(f"indices {idx.type} do not index data {data.type} with batch_dims {b}")
+    lead = tuple(idx.type.shape[:-1])
+    n.check_size(lead, "indices")
+    positions = data.type.shape[b : b + k]
+    rest = data.type.shape[b + k :]
+    per_batch, row = math.prod(positions), math.prod(rest)
+    i64 = n.b.cast(idx, dtype=DType.i64) if idx.type.dtype != DType.i64 else idx
+    sizes = n.constant(np.array(positions), DType.i64)
+    i64 = n.b.where(n.b.less(i64, n.constant(np.array(0), DType.i64)), n.b.add(i64, sizes), i64)
+    strides = np.array([math.prod(positions[j + 1 :]) for j in range(k)], np.int64)
+    flat = n.b.reduce_sum(n.b.mul(i64, n.constant(strides, DType.i64)), axes=[q - 1])
+    batches = np.arange(math.prod(lead[:b]), dtype=np.int64).reshape(*lead[:b], *[1] * (len(lead) - b))
+    flat = n.b.add(flat, n.constant(np.broadcast_to(batches * per_batch, lead).copy(), DType.i64))
+    rows = n.b.reshape(data, shape=(math.prod(data.type.shape[:b]) * per_batch, row))
+    return [n.b.reshape(n.b.gather(rows, flat, axis=0), shape=(*lead, *rest))]
+
+
+_SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
+
+
+def _scatter(n: Node, rows: Value, updates: Value, targets: np.ndarray, reduction: str) -> Value:
+    """`rows` ([P, R]) with row targets[j] combined with row j of `updates` ([N, R]) by `reduction` ("none":
+    replaced, the last update of a row winning). The targets are known at import time, so which update
+    each output row takes is a constant: one where(mask, gather(updates, source), rows) per update a row
+    receives (one pass unless rows repeat)."""
+    if reduction not in _SCATTER_REDUCTIONS:
+        raise n.error(f"reduction '{reduction}' is not one of {', '.join(_SCATTER_REDUCTIONS)}")
+    count = rows.type.shape[0]
+    if reduction == "none":  # the last write of a row wins
+        last = np.full(count, -1, np.int64)
+        last[targets] = np.arange(targets.size)
+        passes = [last]
+    else:  # the t-th update of each row in pass t
+        order = np.argsort(targets, kind="stable")
+        ranked = targets[order]
+        first = np.searchsorted(ranked, ranked)
+        nth = np.arange(ranked.size) - first
+        passes = []
+        for t in range(int(nth.max()) + 1 if nth.size else 0):
+            src = np.full(count, -1, np.int64)
+            src[ranked[nth == t]] = order[nth == t]
+            passes.append(src)
+    combine = {"none": None, "add": n.b.add, "mul": n.b.mul, "max": n.b.maximum, "min": n.b.minimum}[reduction]
+    out = rows
+    for src in passes:
+        mask = n.constant((src >= 0).reshape(count, 1), DType.i1)
+        taken = n.b.gather(updates, n.constant(np.maximum(src, 0), DType.i64), axis=0)
+        out = n.b.where(mask, taken if combine is None else combine(out, taken), out)
+    return out
+
+
+@converts("ScatterND", attrs="reduction")
+def scatter_nd(n: Node) -> list:
+    """data with data[indices[i..., :]] = updates[i...] (or combined by `reduction`), for indices known at
+    import time (Swin-T's attention masks): data as [P, R] rows, each update a row (`_scatter`)."""
+    data, updates = n.x(0), n.x(2)
+    idx = n.const(1, "indices")
+    if idx.dtype.kind not in "iu" or idx.ndim < 1:
+        raise n.error(f"indices must be integers with a last axis of coordinates, got {idx.dtype}{list(idx.shape)}")
+    k, r = idx.shape[-1], data.type.rank
+    lead = tuple(idx.shape[:-1])
+    if not 1 <= k <= r or tuple(updates.type.shape) != (*lead, *data.type.shape[k:]):
+        raise n.error(f"updates {updates.type} must be indices' {list(lead)} then data's {list(data.type.shape[k:])}")
+    positions = np.array(data.type.shape[:k], np.int64)
+    coords = idx.reshape(-1, k).astype(np.int64)
+    if ((coords < -positions) | (coords >= positions)).any():
+        raise n.error(f"an index lies outside data {data.type}")
+    coords = np.where(coords < 0, coords + positions, coords)
+    strides = np.array([math.prod(positions[j + 1 :]) for j in range(k)], np.int64)
+    row = math.prod(data.type.shape[k:])
+    rows = n.b.reshape(data, shape=(int(np.prod(positions)), row))
+    out = _scatter(n, rows, n.b.reshape(updates, shape=(len(coords), row)), coords @ strides,
+                   n.attr("reduction", "none"))
+    return [n.b.reshape(out, shape=tuple(data.type.shape))]
+
+
+@converts("ScatterElements", "Scatter", attrs="axis reduction")
+def scatter_elements(n: Node) -> list:
+    """data with data[i with i[axis] replaced by indices[i]] = updates[i] (or combined by `reduction`), for
+    indices known at import time: each element an update of one row of the flattened data (`_scatter`)."""
+    data, updates = n.x(0), n.x(2)
+    idx = n.const(1, "indices")
+    r = data.type.rank
+    axis = _axis(n, n.attr("axis", 0), r)
+    if idx.dtype.kind not in "iu" or idx.shape != tuple(updates.type.shape) or idx.ndim != r:
+        raise n.error(f"indices {idx.dtype}{list(idx.shape)} must be integers shaped as updates {updates.type}")
+    size = data.type.shape[axis]
+    if ((idx < -size) | (idx >= size)).any():
+        raise n.error(f"an index lies outside axis {axis} of data {data.type}")
+    at = np.indices(idx.shape).astype(np.int64)
+    at[axis] = np.where(idx < 0, idx + size, idx)
+    targets = np.ravel_multi_index(tuple(at.reshape(r, -1)), data.type.shape) if idx.size else np.zeros(0, np.int64)
+    rows = n.b.reshape(data, shape=(data.type.size, 1))
+    out = _scatter(n, rows, n.b.reshape(updates, shape=(idx.size, 1)), np.asarray(targets, np.int64),
+                   n.attr("reduction", "none"))
+    return [n.b.reshape(out, shape=tuple(data.type.shape))]
+
+
 @converts("Pad", attrs="mode pads paddings value")
 def pad(n: Node) -> list:
     x = n.x(0)

@@ -296,3 +296,35 @@ def test_an_anchor_result_spread_over_a_larger_tensor_stays_out_of_its_kernel() 
     groups = [[op.name.split(".")[1] for op in k.ops] for k in kernels(module)]
     assert ["conv2d", "sigmoid"] in groups and not any("conv2d" in g and "mul" in g for g in groups)
     np.testing.assert_allclose(run(module, inputs(parse(text)))[0], want[0], rtol=1e-6)
+
+
+# Two GELU-tanh MLPs sharing one 3.0 (as cse leaves GPT-2's twelve): each fused epilogue gets a copy.
+SHARED_SCALAR = """func @main(%x: tensor<8x16xf32>, %w: tensor<16x16xf32>, %v: tensor<16x16xf32>) -> tensor<8x16xf32> {
+  %three = graph.constant {value = dense<3.0> : tensor<f32>} : tensor<f32>
+  %a = graph.matmul(%x, %w) : tensor<8x16xf32>
+  %p = graph.pow(%a, %three) : tensor<8x16xf32>
+  %t = graph.tanh(%p) : tensor<8x16xf32>
+  %b = graph.matmul(%t, %v) : tensor<8x16xf32>
+  %q = graph.pow(%b, %three) : tensor<8x16xf32>
+  %y = graph.add(%q, %three) : tensor<8x16xf32>
+  return %y
+}
+"""
+
+
+def test_a_scalar_constant_read_by_several_kernels_is_copied_into_each() -> None:
+    import compiler
+
+    m = parse(SHARED_SCALAR)
+    xs = inputs(m)
+    before = run(m, xs)
+    fuse(m)
+    ks = kernels(m)
+    assert len(ks) == 2 and all(sum(op.kind == "constant" for op in k.ops) == 1 for k in ks)
+    assert all(len(k.args) == 2 for k in ks)  # the input and the weights; 3.0 is no argument
+    assert "graph.constant" not in "".join(str(op.name) for op in m["main"].ops)
+    assert_same(before, run(m, xs))
+    # Inside, pow(x, 3) lowers to x * x * x: no libm pow per element, the same values within rounding.
+    model = compiler.compile(SHARED_SCALAR, "llvm", cache=False)
+    assert "T.pow(" not in "".join(f.script() for f in model.scheduled.functions.values())
+    np.testing.assert_allclose(model(**xs)[0], before[0], rtol=1e-5, atol=1e-5)

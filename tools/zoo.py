@@ -1,11 +1,14 @@
-"""The model zoo: torchvision models as a user brings them, through gc import, against ONNX Runtime and torch.
+"""The model zoo: torchvision and Hugging Face models as a user brings them, through gc import, against ONNX
+Runtime and torch.
 
-    pip install -e '.[bench]'       # torch (CPU), torchvision, onnx, onnxscript, onnxruntime
+    pip install -e '.[bench]'       # torch (CPU), torchvision, transformers, onnx, onnxscript, onnxruntime
     python tools/zoo.py [--only resnet50,mobilenet_v2] [--rounds 3] [--threads 2] [--json out.json] [--profile]
 
 Each model is built with random seeded weights (no downloads), its BatchNorm statistics set by a
 training-mode pass over seeded images and any all-zero Linear layer redrawn (random init otherwise
-gives outputs of 1e-9 or all zeros, which check nothing), exported with torch.onnx (opset 18), imported
+gives outputs of 1e-9 or all zeros, which check nothing); the transformers (BERT-base, GPT-2, DistilBERT)
+from their default configs, on 128 seeded token ids, returning the last hidden state. Each is exported
+with torch.onnx (opset 18), imported
 with `gc import` and compiled with `gc compile --params` (the seconds that takes are reported). Then
 per round each framework runs in a process of its own (their thread pools fight when they share one):
 gc on the artifact, ONNX Runtime on the .onnx (all graph optimizations), torch eager on the model; every
@@ -44,7 +47,10 @@ sys.path.insert(0, str(ROOT / "tools"))
 from bench import brief, check, measure, table  # noqa: E402
 
 MODELS = ["resnet50", "mobilenet_v2", "efficientnet_b0", "shufflenet_v2_x1_0", "squeezenet1_1", "densenet121",
-          "vit_b_16"]
+          "vit_b_16", "swin_t", "bert", "gpt2", "distilbert"]
+TEXT = {"bert": ("BertModel", "BertConfig"), "gpt2": ("GPT2Model", "GPT2Config"),
+        "distilbert": ("DistilBertModel", "DistilBertConfig")}  # Hugging Face transformers: name -> classes
+SEQUENCE = 128
 OPSET = 18
 SEED = 0
 
@@ -67,10 +73,36 @@ def import_torchvision():
     return torchvision
 
 
+def text_model(name: str):
+    """A Hugging Face model from its default config (random weights), returning its last hidden state."""
+    import torch
+
+    import_torchvision()  # transformers imports it
+    import transformers
+
+    model_cls, config_cls = TEXT[name]
+    extra = {"use_cache": False} if name == "gpt2" else {}
+    inner = getattr(transformers, model_cls)(getattr(transformers, config_cls)(**extra))
+
+    class LastHidden(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.m = inner
+
+        def forward(self, ids):
+            return self.m(input_ids=ids).last_hidden_state
+
+    return LastHidden().eval()
+
+
 def build(name: str):
     """The model with meaningful random weights, in eval mode, and its seeded input."""
     import torch
 
+    if name in TEXT:
+        torch.manual_seed(SEED)
+        ids = np.random.default_rng(SEED).integers(0, 1000, (1, SEQUENCE))
+        return text_model(name), torch.from_numpy(ids)
     tv = import_torchvision()
     torch.manual_seed(SEED)
     model = getattr(tv.models, name)(weights=None)
@@ -176,8 +208,7 @@ def run_torch(name: str, d: Path, x: np.ndarray, quick: bool, threads: int) -> d
     import torch
 
     torch.set_num_threads(threads)
-    tv = import_torchvision()
-    model = getattr(tv.models, name)(weights=None)
+    model = text_model(name) if name in TEXT else getattr(import_torchvision().models, name)(weights=None)
     model.load_state_dict(torch.load(d / "state.pt"))
     model.eval()
     xt = torch.from_numpy(x)

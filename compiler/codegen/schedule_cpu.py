@@ -17,7 +17,7 @@ from tvm import s_tir, tirx
 from tvm.ir.expr import TensorLoad
 
 from compiler.codegen.cpu_rules import conv2d, depthwise, matmul, pool, reduction, rewrite
-from compiler.codegen.cpu_rules.common import Context, extent
+from compiler.codegen.cpu_rules.common import Context, extent, lanes
 from compiler.codegen.layout import Blocked
 from compiler.codegen.sblocks import (
     Schedule,
@@ -227,13 +227,13 @@ def _border_stores(buf, pads: list[int]) -> tirx.Stmt:
     width = left + shape[wd] * inner + right  # one padded row
     plane = (top + shape[hd] + bottom) * width
     origin = top * width + left  # the interior's first element, from the padded buffer's start
-    lanes = inner if inner > 1 else 16
+    vector = inner if inner > 1 else lanes(str(buf.dtype))  # a channel block, or the host's vector
     q = tirx.Var("q", "int32")
 
     def run(start, length: int, name: str) -> list[tirx.Stmt]:
-        """Zeros at flat offsets start .. start + length of the padded buffer, a vector of `lanes` at a time."""
+        """Zeros at flat offsets start .. start + length of the padded buffer, a vector at a time."""
         out = []
-        for first, count, width_ in ((0, length // lanes, lanes), (length // lanes * lanes, 1, length % lanes)):
+        for first, count, width_ in ((0, length // vector, vector), (length // vector * vector, 1, length % vector)):
             if not count or not width_:
                 continue
             j, v = tirx.Var(f"{name}_j", "int32"), tirx.Var(f"{name}_v", "int32")

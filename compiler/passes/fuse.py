@@ -203,6 +203,7 @@ def _outline(f: Func, groups: list[Group], taken: set[str]) -> list[Func]:
     """Replace each group in `f` by a call of a new kernel function; returns the kernels in order."""
     uses = f.users()
     where: dict[Op, Group] = {op: g for g in groups for op in g.members}
+    _copy_scalar_constants(f, uses, where)
     for op in f.ops:
         homes = [where.get(u) for u, _ in uses.get(op.result, [])] if op.kind == "constant" else []
         if homes and homes[0] is not None and all(h is homes[0] for h in homes):
@@ -229,6 +230,28 @@ def _outline(f: Func, groups: list[Group], taken: set[str]) -> list[Func]:
     f.ops = new_ops
     f.results = [repl.get(v, v) for v in f.results]
     return kernels
+
+
+def _copy_scalar_constants(f: Func, uses: dict, where: dict[Op, Group]) -> None:
+    """A one-element constant that several kernels read gets a copy in each (`where` says so): inside, the
+    lowering sees its value (GELU's exponent 3 becomes x*x*x where a parameter was a libm pow per element:
+    GPT-2's 12 GELUs share one 3.0 after cse). The original stays for readers outside any kernel."""
+    for op in list(f.ops):
+        if op.kind != "constant" or op.result.type.size > 1:
+            continue
+        homes = {where.get(u) for u, _ in uses.get(op.result, [])}
+        if len(homes - {None}) < 2 and not (None in homes and len(homes) > 1):
+            continue  # one kernel's (moved whole below), or no kernel's
+        at = f.ops.index(op)
+        for g in homes - {None}:
+            copy = type(op)([], dict(op.attrs), [op.result.type], op.loc)
+            copy.result.name = op.result.name
+            for m in g.members:
+                m.operands = [copy.result if v is op.result else v for v in m.operands]
+            f.ops.insert(at, copy)
+            where[copy] = g
+        if None not in homes:
+            f.ops.remove(op)
 
 
 def _kernel(body: list[Op], output: Op, taken: set[str]) -> tuple[Func, Op]:

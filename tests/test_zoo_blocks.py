@@ -170,6 +170,23 @@ func @main(%x: tensor<1x3x16x16xf32>, %wp: tensor<32x3x4x4xf32>, %bp: tensor<32x
 }
 """
 
+# Swin-T's window attention at reduced size: 8 windows of 49 tokens, 3 heads of 32, a relative position
+# bias per head; its Q K^T is a matmul with two batch dims and B transposed.
+WINDOW_ATTENTION = """
+func @main(%x: tensor<8x3x49x32xf32>, %wq: tensor<32x32xf32>, %wk: tensor<32x32xf32>, %bias: tensor<3x49x49xf32>,
+           %wo: tensor<32x32xf32>) -> tensor<8x3x49x32xf32> {
+  %q = graph.matmul(%x, %wq)
+  %k = graph.matmul(%x, %wk)
+  %kt = graph.transpose(%k) {perm = [0, 1, 3, 2]}
+  %s = graph.matmul(%q, %kt)
+  %sb = graph.add(%s, %bias)
+  %a = graph.softmax(%sb)
+  %o = graph.matmul(%a, %x)
+  %y = graph.matmul(%o, %wo)
+  return %y
+}
+"""
+
 # block -> (its text, rules its conv and matmul kernels take, whether some tensor between kernels is stored blocked)
 BLOCKS = {
     "inverted_residual": (INVERTED_RESIDUAL, {"conv2d", "depthwise"}, True),
@@ -178,6 +195,7 @@ BLOCKS = {
     "dense": (DENSE, {"conv2d"}, True),
     "residual": (RESIDUAL, {"conv2d"}, True),
     "attention": (ATTENTION, {"conv2d", "matmul"}, False),
+    "window_attention": (WINDOW_ATTENTION, {"matmul"}, False),
 }
 
 
@@ -205,6 +223,8 @@ def test_block_matches_the_interpreter(name: str, bound: bool) -> None:
     # Every rule the block's kind needs is taken, and no conv or matmul falls back to the generic schedule
     # (the SE block's convs of one pixel are rows: dot products).
     assert rules <= conv_rules and not conv_rules & {"generic", "none"}, conv_rules
+    if "conv2d" not in rules:  # matmuls only: every one on the matmul rule (Swin's Q K^T fell to rows: 3.2x)
+        assert conv_rules == {"matmul"}, conv_rules
     layouts = [b for b in model.plan.buffers if b.layout]
     assert bool(layouts) == blocked, [b.shape for b in layouts]
 

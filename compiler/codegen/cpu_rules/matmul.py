@@ -348,8 +348,13 @@ def _pack(sch: s_tir.Schedule, c, e: Einsum, p: Plan, at, before: list, vl: int)
     else:
         inner = sch.get_loops(bp)
         sch.parallel(inner[0])
-    # The packed block's loops follow B's dims; the j dim carries the contiguous panel rows.
-    try_vectorize(sch, inner[-1] if j_dim == len(dims) - 1 else inner[j_dim], vl)
+    # The packed block's loops follow B's dims (under `at`, those the batch loops outside do not fix: a
+    # batched B^T, Swin-T's Q K^T); the j dim carries the contiguous panel rows.
+    if at is not None and len(inner) < len(dims):
+        dims = [d for d in dims if d not in e.batch]
+        j_dim = dims.index(e.j)
+    if j_dim == len(dims) - 1 or j_dim < len(inner):
+        try_vectorize(sch, inner[-1] if j_dim == len(dims) - 1 else inner[j_dim], vl)
 
 
 def _a_is_transposed(e: Einsum) -> bool:

@@ -219,10 +219,7 @@ def mod(n: Node) -> list:
         return [np.asarray(r)]
     a, b = n.x(0), n.x(1)
     if a.type.dtype.is_float:
-        q = n.b.div(a, b)
-        # fmod truncates the quotient, mod floors it (the result takes the divisor's sign).
-        t = n.b.where(n.b.less(q, n.scalar(0, q)), n.b.ceil(q), n.b.floor(q)) if fmod else n.b.floor(q)
-        return [n.b.sub(a, n.b.mul(b, t))]
+        return [_float_mod(n, a, b, fmod)]
     r = n.b.sub(a, n.b.mul(b, n.b.div(a, b)))  # integer div truncates: r has a's sign
     if fmod:
         return [r]
@@ -232,6 +229,26 @@ def mod(n: Node) -> list:
     differ = n.b.equal(n.b.equal(n.b.less(r, zero), n.b.less(b, zero)), false)
     fix = n.b.where(n.b.equal(r, zero), false, differ)
     return [n.b.where(fix, n.b.add(r, b), r)]
+
+
+def _float_mod(n: Node, a: Value, b: Value, fmod: bool) -> Value:
+    """fmod (the quotient truncated, the result a's sign) or mod (floored, b's sign) of floats, IEEE's edge
+    cases as NumPy's: a finite over an infinite b is a itself (a - b * 0 would be NaN), a zero result keeps
+    the sign it should (a - b * t rounds -0 to +0), and mod moves a nonzero remainder of the other sign
+    than b by b (mod(-3, inf) = inf)."""
+    zero, false = n.scalar(0, a), n.constant(np.array(False), DType.i1)
+    q = n.b.div(a, b)
+    r = n.b.sub(a, n.b.mul(b, n.b.where(n.b.less(q, zero), n.b.ceil(q), n.b.floor(q))))
+    inf = n.scalar(np.inf, a)
+    finite_a = n.b.equal(n.b.equal(n.b.abs(a), inf), false)
+    r = n.b.where(n.b.where(n.b.equal(n.b.abs(b), inf), finite_a, false), a, r)
+    r = n.b.where(n.b.equal(r, zero), n.b.mul(a, zero), r)  # a's sign: -3 * 0 = -0
+    if fmod:
+        return r
+    differ = n.b.equal(n.b.equal(n.b.less(r, zero), n.b.less(b, zero)), false)
+    r = n.b.where(n.b.where(n.b.equal(r, zero), false, differ), n.b.add(r, b), r)
+    signed_zero = n.b.where(n.b.less(b, zero), n.scalar(-0.0, a), zero)
+    return n.b.where(n.b.equal(r, zero), signed_zero, r)
 
 
 @converts("Where")
@@ -813,7 +830,9 @@ def depth_to_space(n: Node) -> list:
     if n.op_type == "SpaceToDepth":
         if h % b or w % b:
             raise n.error(f"height {h} and width {w} must be divisible by blocksize {b}")
-        y = n.b.transpose(n.b.reshape(x, shape=(nb, c, h // b, b, w // b, b)), perm=(0, 3, 5, 1, 2, 4))
+        # DCR (the default): the block position is the outer part of the new channel; CRD: the inner.
+        perm = (0, 3, 5, 1, 2, 4) if n.attr("mode", "DCR") == "DCR" else (0, 1, 3, 5, 2, 4)
+        y = n.b.transpose(n.b.reshape(x, shape=(nb, c, h // b, b, w // b, b)), perm=perm)
         return [n.b.reshape(y, shape=(nb, c * b * b, h // b, w // b))]
     if c % (b * b):
         raise n.error(f"channels {c} must be divisible by blocksize^2 = {b * b}")

@@ -113,11 +113,17 @@ def clip(n: Node) -> list:
     x = n.x(0)
     if n.opset < 11:
         lo, hi = n.attr("min", -math.inf), n.attr("max", math.inf)
-    else:
+    elif all(n.known(i) is not None for i in (1, 2) if n.has(i)):
         bounds = [n.const(i, what) for i, what in ((1, "min"), (2, "max"))]
         lo, hi = (
             b.reshape(-1)[0].item() if b is not None and b.size else d for b, d in zip(bounds, (-math.inf, math.inf))
         )
+    else:  # bounds given at run time (they do not change the shape): min(max(x, lo), hi), as ONNX defines it
+        for i in (1, 2):
+            if n.has(i) and n.type(i).size != 1:
+                raise n.error(f"input #{i} ({('min', 'max')[i - 1]}) must hold one value, got {n.type(i)}")
+        y = n.b.maximum(x, n.b.reshape(n.x(1), shape=())) if n.has(1) else x
+        return [n.b.minimum(y, n.b.reshape(n.x(2), shape=())) if n.has(2) else y]
     return [n.b.clip(x, min=float(lo), max=float(hi))]
 
 
@@ -1205,6 +1211,8 @@ def _edge(n: Node, x: Value, axis: int, width: int, mode: str, before: bool) -> 
 
 @converts("Trilu", attrs="upper")
 def trilu(n: Node) -> list:
+    if n.has(1) and n.known(1) is None:  # k given at run time (it does not change the shape)
+        return [_trilu_at_run_time(n)]
     k = n.ints(1, "k") if n.has(1) else (0,)
     if len(k) != 1:
         raise n.error(f"k must be one integer, got {list(k)}")
@@ -1218,6 +1226,23 @@ def trilu(n: Node) -> list:
     x = n.x(0)
     mask = keep(n.full(x.type.shape[-2:], True, bool, "the mask"), k)
     return [n.b.where(n.constant(mask, DType.i1), x, n.scalar(0, x))]
+
+
+def _trilu_at_run_time(n: Node) -> Value:
+    """x where its diagonal offset j - i is at least k (upper) or at most k (lower), for a k known only at
+    run time: the offsets a constant, compared with k."""
+    x, k = n.x(0), n.x(1)
+    if x.type.rank < 2:
+        raise n.error(f"input must have rank >= 2, got {x.type}")
+    if k.type.size != 1 or k.type.dtype not in (DType.i32, DType.i64):
+        raise n.error(f"k must be one integer, got {k.type}")
+    rows, cols = x.type.shape[-2:]
+    offsets = np.arange(cols, dtype=np.int64)[None, :] - np.arange(rows, dtype=np.int64)[:, None]
+    d = n.constant(offsets, DType.i64)
+    k = n.b.reshape(n.b.cast(k, dtype=DType.i64) if k.type.dtype != DType.i64 else k, shape=())
+    false = n.constant(np.array(False), DType.i1)
+    keep = n.b.equal(n.b.less(d, k), false) if n.attr("upper", 1) else n.b.equal(n.b.greater(d, k), false)
+    return n.b.where(keep, x, n.scalar(0, x))
 
 
 # --- values known at import time -------------------------------------------------------------------------

@@ -144,6 +144,12 @@ def _reshape_first_const_and_its_kernel(plan):
             plan["signatures"][c["kernel"]][c["buffers"].index(i)][0] = [3, 3]
 
 
+def _one_sided(pads: list[int]) -> list[int]:
+    """[.., 1, 1, .., 1, 1, ..] -> [.., 0, 0, .., 2, 2, ..]: the same padded size and strides."""
+    r = len(pads) // 2
+    return [0] * r + [lo + hi for lo, hi in zip(pads[:r], pads[r:])]
+
+
 TAMPERED = {
     # What would make a kernel write outside its buffer, or index a list out of range: caught, rehashed or not.
     "view past its arena": (lambda p: _first(p, "view").update(offset=_first(p, "arena")["size"]),
@@ -154,6 +160,9 @@ TAMPERED = {
     "bordered view's border past its arena": (
         lambda p: _first(p, "bordered").update(offset=_first(p, "arena")["size"] - 64), "lie outside its arena"),
     "bordered view of no arena": (lambda p: _first(p, "bordered").update(arena=0), "borders in no arena"),
+    # The same strides, the border split otherwise: the kernel's border stores would land outside the view.
+    "border moved to one side": (lambda p: _first(p, "bordered").update(pads=_one_sided(_first(p, "bordered")["pads"])),
+                                 "border is not the one kernel"),
     "kernel buffer out of range": (lambda p: next(c for c in p["calls"] if "kernel" in c)["buffers"].append(10**6),
                                    "kernel buffers"),
     "result out of range": (lambda p: p["results"].append(-1), "results"),

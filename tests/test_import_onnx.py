@@ -177,6 +177,9 @@ CASES = [
          {"x": rand(4, 3, 2), "i": ints(0, 2, -1, -3, 3, 1).reshape(3, 2)}),
     case("GatherND-batch-dims", node("GatherND", ["x", "i"], batch_dims=1),
          {"x": rand(2, 4, 3), "i": ints(1, 3, 0, -2).reshape(2, 2, 1)}),
+    case("GatherND-one-index", node("GatherND", ["x", "i"]), {"x": rand(4, 3), "i": ints(2, -1)}),
+    case("ScatterND-no-update", node("ScatterND", ["x", "i", "u"]), {"x": rand(3, 2), "u": rand(0, 2)},
+         inits={"i": np.zeros((0, 1), np.int64)}),
     case("ScatterND-rows", node("ScatterND", ["x", "i", "u"]), {"x": rand(5, 3), "u": rand(2, 3)},
          inits={"i": ints(4, 1).reshape(2, 1)}),
     case("ScatterND-elements-negative", node("ScatterND", ["x", "i", "u"]), {"x": rand(3, 4), "u": rand(3)},
@@ -579,6 +582,13 @@ def test_gather_nd_and_scatter_nd_compile() -> None:
     got = compiler.compile(imported.module, "llvm", cache=False)(**inputs, **imported.weights)
     for g, e in zip(got, expected):
         np.testing.assert_allclose(g, e, rtol=1e-6, atol=1e-6)
+
+
+def test_scatter_elements_with_indices_longer_than_data_is_a_diagnostic() -> None:
+    model = make_model([node("ScatterElements", ["x", "i", "u"], axis=1)], {"x": rand(2, 3), "u": rand(3, 1)}, ["y"],
+                       inits={"i": ints(0, 1, 2).reshape(3, 1)})
+    with pytest.raises(GCError, match="longer than data"):
+        import_onnx(model)
 
 
 def test_scatter_with_indices_computed_at_run_time_is_a_diagnostic() -> None:

@@ -125,7 +125,7 @@ def compare(got: list, case: Case) -> tuple[str, str]:
             return "wrong", f"output {i}: shape {list(g.shape)}, expected {list(e.shape)}"
         if g.dtype != e.dtype:
             return "wrong", f"output {i}: {g.dtype}, expected {e.dtype}"
-        if e.dtype.kind in "fc":
+        if e.dtype.kind in "fc" or e.dtype.name == "bfloat16":  # (ml_dtypes' bf16 is of kind "V")
             ok = np.allclose(g.astype(np.float64), e.astype(np.float64), rtol=case.rtol, atol=case.atol,
                              equal_nan=True)
         else:

@@ -324,8 +324,9 @@ def check_plan(plan, error) -> None:
     sigs = plan.get("signatures")
     need(isinstance(sigs, dict), "'signatures' missing or not an object")
     for name, sig in sigs.items():
-        need(isinstance(sig, list) and all(isinstance(p, list) and len(p) == 3 and shape_ok(p[0])
-                                           and dtype_ok(p[1]) and (p[2] is None or shape_ok(p[2])) for p in sig),
+        need(isinstance(sig, list) and all(isinstance(p, list) and len(p) in (3, 4) and shape_ok(p[0])
+                                           and dtype_ok(p[1]) and (p[2] is None or shape_ok(p[2]))
+                                           and (len(p) == 3 or shape_ok(p[3])) for p in sig),
              f"signature of kernel {name!r}")
     for i, c in enumerate(plan["calls"]):
         need(isinstance(c, dict) and is_int(c.get("stream", 0)), f"call #{i}")
@@ -338,7 +339,7 @@ def check_plan(plan, error) -> None:
             need(sig is not None, f"call #{i}: kernel {c['kernel']!r}, which the plan's signatures do not list")
             need(len(sig) == len(c["buffers"]),
                  f"call #{i}: {len(c['buffers'])} buffers for kernel {c['kernel']!r}, which takes {len(sig)}")
-            for j, (shape, dtype, strides) in zip(c["buffers"], sig):
+            for j, (shape, dtype, strides, *written) in zip(c["buffers"], sig):
                 need(bufs[j]["shape"] == shape and bufs[j]["dtype"] == dtype,
                      f"call #{i}: buffer #{j} is {bufs[j]['dtype']}{bufs[j]['shape']}, where kernel {c['kernel']!r} "
                      f"takes {dtype}{shape}")
@@ -349,6 +350,9 @@ def check_plan(plan, error) -> None:
                     not bordered or list(padded_strides(tuple(shape), bufs[j]["pads"])) == strides),
                      f"call #{i}: buffer #{j} ({bufs[j]['kind']}) is not laid out as kernel {c['kernel']!r} "
                      "reads it")
+                # A kernel that writes the border stores at offsets compiled in: the pads must be those.
+                need(not written or (bordered and bufs[j]["pads"] == written[0]),
+                     f"call #{i}: buffer #{j}'s border is not the one kernel {c['kernel']!r} writes")
         elif "copy" in c:
             cp = c["copy"]
             need(isinstance(cp, list) and len(cp) == 2 and all(is_int(j) and j < len(bufs) for j in cp)

@@ -176,9 +176,19 @@ def _check(plan: Plan, target: dict) -> None:
 def signature(prim) -> list[list]:
     """[shape, dtype, strides or None] of each parameter of a scheduled PrimFunc, as the plan's buffers write
     them: what the loader checks every call against, once (CPU kernels carry no checks of their own:
-    llvm_pipeline). Strides are those of a bordered buffer's interior, in elements."""
-    return [[[int(d) for d in p.shape], next(str(d) for d in DType if d.tvm == str(p.dtype)),
-             [int(s) for s in p.strides] or None] for p in prim.params]
+    llvm_pipeline). Strides are those of a bordered buffer's interior, in elements; a parameter whose
+    border the kernel writes (schedule_cpu.write_borders) has its pads as a fourth entry, since the stores'
+    offsets are compiled in and strides alone do not tell [1, 1] from [0, 2]."""
+    borders = prim.attrs.get("gc.borders") if prim.attrs is not None else None
+    written = {int(k): [int(v) for v in pads] for k, pads in borders.items()} if borders else {}
+    out = []
+    for i, p in enumerate(prim.params):
+        entry = [[int(d) for d in p.shape], next(str(d) for d in DType if d.tvm == str(p.dtype)),
+                 [int(s) for s in p.strides] or None]
+        if i in written:
+            entry.append(layout.blocked_pads(written[i]) if len(p.shape) == 5 else written[i])
+        out.append(entry)
+    return out
 
 
 def _plan(module: Module, entry: str, kernels: list[Kernel],

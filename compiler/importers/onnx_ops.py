@@ -1054,7 +1054,7 @@ def gather_nd(n: Node) -> list:
     i64 = n.b.where(n.b.less(i64, n.constant(np.array(0), DType.i64)), n.b.add(i64, sizes), i64)
     strides = np.array([math.prod(positions[j + 1 :]) for j in range(k)], np.int64)
     flat = n.b.reduce_sum(n.b.mul(i64, n.constant(strides, DType.i64)), axes=[q - 1])
-    batches = np.arange(math.prod(lead[:b]), dtype=np.int64).reshape(*lead[:b], *[1] * (len(lead) - b))
+    batches = np.arange(math.prod(lead[:b]), dtype=np.int64).reshape((*lead[:b], *[1] * (len(lead) - b)))
     flat = n.b.add(flat, n.constant(np.broadcast_to(batches * per_batch, lead).copy(), DType.i64))
     rows = n.b.reshape(data, shape=(math.prod(data.type.shape[:b]) * per_batch, row))
     return [n.b.reshape(n.b.gather(rows, flat, axis=0), shape=(*lead, *rest))]
@@ -1071,6 +1071,8 @@ def _scatter(n: Node, rows: Value, updates: Value, targets: np.ndarray, reductio
     if reduction not in _SCATTER_REDUCTIONS:
         raise n.error(f"reduction '{reduction}' is not one of {', '.join(_SCATTER_REDUCTIONS)}")
     count = rows.type.shape[0]
+    if targets.size == 0:  # no update: the data as it is
+        return rows
     if reduction == "none":  # the last write of a row wins
         last = np.full(count, -1, np.int64)
         last[targets] = np.arange(targets.size)
@@ -1081,7 +1083,8 @@ def _scatter(n: Node, rows: Value, updates: Value, targets: np.ndarray, reductio
         first = np.searchsorted(ranked, ranked)
         nth = np.arange(ranked.size) - first
         passes = []
-        for t in range(int(nth.max()) + 1 if nth.size else 0):
+        n.check_size((int(nth.max()) + 1, count), "the scatter's per-repeat masks")  # (one pass per repeat)
+        for t in range(int(nth.max()) + 1):
             src = np.full(count, -1, np.int64)
             src[ranked[nth == t]] = order[nth == t]
             passes.append(src)
@@ -1130,6 +1133,8 @@ def scatter_elements(n: Node) -> list:
     if idx.dtype.kind not in "iu" or idx.shape != tuple(updates.type.shape) or idx.ndim != r:
         raise n.error(f"indices {idx.dtype}{list(idx.shape)} must be integers shaped as updates {updates.type}")
     size = data.type.shape[axis]
+    if any(i > d for a, (i, d) in enumerate(zip(idx.shape, data.type.shape)) if a != axis):
+        raise n.error(f"indices {list(idx.shape)} are longer than data {data.type} along an axis other than {axis}")
     if ((idx < -size) | (idx >= size)).any():
         raise n.error(f"an index lies outside axis {axis} of data {data.type}")
     at = np.indices(idx.shape).astype(np.int64)

@@ -22,7 +22,7 @@ from dialects.graph.creation import Call
 def conv_borders(module: Module, f: Func) -> dict[Value, tuple[int, ...]]:
     """The intermediates some kernel's padded conv2d reads as its input, each with that padding as `pads`
     of a mem.alloc (the first such conv's, when two pad it differently). Not a function result (the caller
-    owns those buffers), and nothing written in place over it or over which it is written."""
+    owns those buffers). A tensor written in place over one of them takes its border too (`border_donors`)."""
     returned = set(f.results)
     out: dict[Value, tuple[int, ...]] = {}
     for call in f.ops:

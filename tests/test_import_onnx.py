@@ -198,6 +198,12 @@ CASES = [
     case("Clip-max-only-at-run-time", node("Clip", ["x", "", "hi"]), {"x": rand(3, 4), "hi": np.float32(0.25)}),
     case("Trilu-k-at-run-time", node("Trilu", ["x", "k"]), {"x": rand(2, 4, 5), "k": np.int64(-1)}),
     case("Trilu-lower-k-at-run-time", node("Trilu", ["x", "k"], upper=0), {"x": rand(4, 3), "k": np.int64(1)}),
+    case("Swish-alpha", node("Swish", ["x"], alpha=0.5), {"x": rand(3, 4) * 4}, opset=24,
+         expect=lambda x: [x / (1 + np.exp(-0.5 * x))]),
+    case("LpNormalization-l1-axis0", node("LpNormalization", ["x"], axis=0, p=1),
+         {"x": np.float32([[1, 0, -2], [3, 0, 2]])},  # (the evaluator sums x, not |x|, for p = 1)
+         expect=lambda x: [np.float32([[0.25, 0, -0.5], [0.75, 0, 0.5]])]),
+    case("LpNormalization-l2", node("LpNormalization", ["x"]), {"x": rand(3, 5)}),
     case("IsNaN", node("IsNaN", ["x"]), {"x": SPECIAL}),
     case("IsInf", node("IsInf", ["x"]), {"x": SPECIAL}),
     case("IsInf-negative-only", node("IsInf", ["x"], detect_positive=0), {"x": SPECIAL}),

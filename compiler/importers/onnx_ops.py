@@ -93,6 +93,27 @@ def hard_sigmoid(n: Node) -> list:
     return [y if n.op_type == "HardSigmoid" else n.b.mul(x, y)]
 
 
+@converts("Swish", attrs="alpha")
+def swish(n: Node) -> list:
+    """x * sigmoid(alpha * x) (opset 24)."""
+    x = n.x(0)
+    alpha = float(n.attr("alpha", 1.0))
+    return [n.b.mul(x, n.b.sigmoid(x if alpha == 1.0 else n.b.mul(x, n.scalar(alpha, x))))]
+
+
+@converts("LpNormalization", attrs="axis p")
+def lp_normalization(n: Node) -> list:
+    """x over its L1 or L2 norm along the axis, 0 where the norm is 0 (as ONNX's reference)."""
+    x = n.x(0)
+    axis, p = _axis(n, n.attr("axis", -1), x.type.rank), n.attr("p", 2)
+    if p not in (1, 2):
+        raise n.error(f"p must be 1 or 2, got {p}")
+    norm = (n.b.reduce_sum(n.b.abs(x), axes=(axis,), keepdims=True) if p == 1
+            else n.b.sqrt(n.b.reduce_sum(n.b.mul(x, x), axes=(axis,), keepdims=True)))
+    zero = n.scalar(0, x)
+    return [n.b.where(n.b.equal(norm, zero), zero, n.b.div(x, norm))]
+
+
 @converts("Softsign")
 def softsign(n: Node) -> list:
     x = n.x(0)

@@ -32,7 +32,7 @@ from compiler.codegen.plan import Plan
 from compiler.diagnostics import GCError
 from compiler.ir import DType
 from compiler.parser import MAX_RANK
-from dialects.mem import padded_strides
+from dialects.mem import padded_shape, padded_strides
 
 FORMAT = "gcpkg-3"  # 3: plan.json carries each kernel's signature, checked at load
 MEMBERS = ("plan.json", "lib.so", "consts.npz")  # and source.gir, optionally
@@ -308,18 +308,14 @@ def check_plan(plan, error) -> None:
                  f"buffer #{i}: pads {pads!r}")
             if "arena" in b:  # the padded whole in the arena's bytes
                 a, off = b.get("arena"), b.get("offset")
-                rank = len(b["shape"])
-                size = math.prod(n + lo + hi for n, lo, hi in zip(b["shape"], pads[:rank], pads[rank:])) \
-                    * DType(b["dtype"]).itemsize
+                size = math.prod(padded_shape(b["shape"], pads)) * DType(b["dtype"]).itemsize
                 need(is_int(a) and a < i and bufs[a].get("kind") == "arena", f"buffer #{i}: borders in no arena")
                 need(is_int(off) and off + size <= bufs[a]["size"],
                      f"buffer #{i}: {size} bytes at offset {off!r} lie outside its arena of {bufs[a]['size']} bytes")
         elif kind == "whole":
             of = b.get("of")
             need(is_int(of) and of < i and bufs[of].get("kind") == "bordered", f"buffer #{i}: whole of no bordered buffer")
-            inner, pads = bufs[of]["shape"], bufs[of]["pads"]
-            rank = len(inner)
-            padded = [n + lo + hi for n, lo, hi in zip(inner, pads[:rank], pads[rank:])]
+            padded = list(padded_shape(bufs[of]["shape"], bufs[of]["pads"]))
             need(b["shape"] == padded and b["dtype"] == bufs[of]["dtype"], f"buffer #{i}: not its bordered buffer's shape")
     sigs = plan.get("signatures")
     need(isinstance(sigs, dict), "'signatures' missing or not an object")

@@ -245,37 +245,29 @@ def mod(n: Node) -> list:
         # A ufunc of 0-d arrays returns a numpy scalar, which is no value: keep an array.
         return [np.asarray(r)]
     a, b = n.x(0), n.x(1)
-    if a.type.dtype.is_float:
-        return [_float_mod(n, a, b, fmod)]
-    r = n.b.sub(a, n.b.mul(b, n.b.div(a, b)))  # integer div truncates: r has a's sign
+    # Truncated first (the result a's sign): integer division truncates; floats as _float_fmod.
+    r = _float_fmod(n, a, b) if a.type.dtype.is_float else n.b.sub(a, n.b.mul(b, n.b.div(a, b)))
     if fmod:
         return [r]
-    false = n.constant(np.array(False), DType.i1)
-    zero = n.scalar(0, r)
-    # A nonzero remainder of the other sign than b moves by b.
+    zero, false = n.scalar(0, r), n.constant(np.array(False), DType.i1)
+    # Floored: a nonzero remainder of the other sign than b moves by b (mod(-3, inf) = inf).
     differ = n.b.equal(n.b.equal(n.b.less(r, zero), n.b.less(b, zero)), false)
-    fix = n.b.where(n.b.equal(r, zero), false, differ)
-    return [n.b.where(fix, n.b.add(r, b), r)]
+    r = n.b.where(n.b.where(n.b.equal(r, zero), false, differ), n.b.add(r, b), r)
+    if a.type.dtype.is_float:  # a zero remainder takes b's sign, as NumPy's
+        r = n.b.where(n.b.equal(r, zero), n.b.where(n.b.less(b, zero), n.scalar(-0.0, a), zero), r)
+    return [r]
 
 
-def _float_mod(n: Node, a: Value, b: Value, fmod: bool) -> Value:
-    """fmod (the quotient truncated, the result a's sign) or mod (floored, b's sign) of floats, IEEE's edge
-    cases as NumPy's: a finite over an infinite b is a itself (a - b * 0 would be NaN), a zero result keeps
-    the sign it should (a - b * t rounds -0 to +0), and mod moves a nonzero remainder of the other sign
-    than b by b (mod(-3, inf) = inf)."""
+def _float_fmod(n: Node, a: Value, b: Value) -> Value:
+    """fmod of floats (the quotient truncated), IEEE's edge cases as NumPy's: a finite over an infinite b is
+    a itself (a - b * 0 would be NaN), and a zero result keeps a's sign (a - b * t rounds -0 to +0)."""
     zero, false = n.scalar(0, a), n.constant(np.array(False), DType.i1)
     q = n.b.div(a, b)
     r = n.b.sub(a, n.b.mul(b, n.b.where(n.b.less(q, zero), n.b.ceil(q), n.b.floor(q))))
     inf = n.scalar(np.inf, a)
     finite_a = n.b.equal(n.b.equal(n.b.abs(a), inf), false)
     r = n.b.where(n.b.where(n.b.equal(n.b.abs(b), inf), finite_a, false), a, r)
-    r = n.b.where(n.b.equal(r, zero), n.b.mul(a, zero), r)  # a's sign: -3 * 0 = -0
-    if fmod:
-        return r
-    differ = n.b.equal(n.b.equal(n.b.less(r, zero), n.b.less(b, zero)), false)
-    r = n.b.where(n.b.where(n.b.equal(r, zero), false, differ), n.b.add(r, b), r)
-    signed_zero = n.b.where(n.b.less(b, zero), n.scalar(-0.0, a), zero)
-    return n.b.where(n.b.equal(r, zero), signed_zero, r)
+    return n.b.where(n.b.equal(r, zero), n.b.mul(a, zero), r)  # a's sign: -3 * 0 = -0
 
 
 @converts("Where")

@@ -78,8 +78,10 @@ def assign(f: Func, kernels: list, native: Callable[[object, dict[int, Blocked]]
     group_of = _storage_groups(f, launches)
     pads = {v: p for k in kernels for v, p in zip(k.outputs, k.out_pads)}
     candidates: dict[Value, int] = {}
-    for k in kernels:
-        for v in k.outputs:
+    # Every launch's results, not only the built kernels': a concat whose operands' producers wrote
+    # into its bytes runs no kernel, yet its tensor shares their layout (their storage group).
+    for op in launches:
+        for v in op.results:
             c, p = eligible(v), pads.get(v)
             spatial_border = p is None or not (p[0] or p[1] or p[4] or p[5])  # (none on batch or channels)
             if c and v not in returned and v not in read_elsewhere and spatial_border:

@@ -208,9 +208,11 @@ def _sigmoid_te(x):
     from tvm import te
 
     # With e = e^-|x| <= 1 nothing overflows, and a large negative x gives e^x itself rather than 1/inf = 0.
-    e = te.exp(-tvm.tirx.abs(x))
+    # min(., 0) changes no value; it tells the CPU build that e^. needs no overflow handling (rewrite.fast_exp),
+    # which is then no longer NaN's keeper: the last select is.
+    e = te.exp(tvm.tirx.min(-tvm.tirx.abs(x), _const(0, x)))
     s = _const(1, x) / (_const(1, x) + e)
-    return tvm.tirx.Select(x >= _const(0, x), s, e * s)
+    return tvm.tirx.Select(tvm.tirx.isnan(x), x, tvm.tirx.Select(x >= _const(0, x), s, e * s))
 
 
 def _softplus(x):

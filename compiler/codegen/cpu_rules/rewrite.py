@@ -2,9 +2,8 @@
 
 LLVM has no vector exp: `T.exp` in a vectorized loop becomes one libm call per lane, which makes a
 softmax 4x slower (TVM notes §10: 98 us with exp, 24 us with fast_exp), and a matmul with a GELU
-epilogue 3.5x slower (erf). fast_exp is a degree-7
-polynomial times 2^n with a relative error below 4e-6 over the float range (denormals aside), exact at 0,
--inf -> 0, inf -> inf, nan -> nan, overflowing where exp does.
+epilogue 3.5x slower (erf). fast_exp is a degree-5 polynomial times 2^n, within 2 ulp over the float
+range; `exp(min(x, c))` with a constant c <= 0 (sigmoid's e^-|x|) takes a shorter form without overflow.
 
 The rewrite maps the PrimFunc with tvm_ffi's structural_map (about 0.5 ms a kernel; printing it as
 TVMScript and parsing it back with the calls replaced took 10-100 ms, most of a large model's compile
@@ -20,15 +19,23 @@ from tvm.tirx.buffer import BufferType
 
 from compiler.codegen.sblocks import redeclare_params
 
-_P = (1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1)
+# e^r = 1 + r + r^2 (c2 + c3 r + c4 r^2 + c5 r^3) on |r| <= ln2 / 2, near-minimax in relative error (a
+# Lawson-weighted fit): with ln2 in two parts, within 2 ulp of the rounded exp over the float range.
+_P = (8.312525049471088e-3, 4.189011343158349e-2, 1.666711446423517e-1, 4.999923178892121e-1)
+_LOG2E = 1.4426950408889634
+_LN2 = (0.693145751953125, 1.428606765330187e-06)  # hi (its last 11 bits zero: n * hi is exact) and lo
+_ROUND = 12582912.0  # 1.5 * 2^23: x + _ROUND is x rounded to an integer, which the low mantissa bits hold
 
 
-def fast_exp(x):
-    """topi.fast_exp's polynomial on one float32 expression, over the whole float range; exp itself for any
-    other dtype. 2^n is applied as two factors 2^(n>>1) and 2^(n-(n>>1)), each a normal float, so that
-    results near overflow (up to 3.4e38) and down into the denormals come out right, where one factor
-    2^n clamped x to [-88.38, 88.38]: exp(88.5) was inf and exp(-88) 0. (Binding the repeated subterms
-    with Let makes the text 2x smaller but the kernel 1.5x slower.)"""
+def fast_exp(x, at_most_zero: bool = False):
+    """e^x on one float32 expression (exp itself for any other dtype), within 2 ulp over the float range
+    and exact at 0, -inf -> 0, inf -> inf, nan -> nan, overflowing where exp does, denormals right.
+
+    x = n ln2 + r with n = round(x / ln2) taken by adding 1.5 * 2^23, whose low mantissa bits then hold
+    n + b: shifted into the exponent field and added to the polynomial's bits they scale it by 2^(n + b),
+    and a multiply by 2^-b rounds once, into the denormals too (b = 32 below zero, -1 above, so that
+    2^(n + b) stays a normal float). `at_most_zero`: the caller knows x <= 0 or does not care what a NaN
+    gives (sigmoid's e^-|x| keeps NaN itself): no overflow to handle, 14 vector operations instead of 19."""
     dtype = str(getattr(x, "dtype", None) or x.ty.dtype)
     if dtype != "float32":
         return tirx.exp(x)
@@ -36,18 +43,26 @@ def fast_exp(x):
     def c(v: float):
         return tirx.const(v, "float32")
 
-    # Above 88.73 every result is inf (it overflows in the last product); below -104, 0.
-    clamped = tirx.max(tirx.min(x, c(88.73)), c(-104.0))
-    n = tirx.floor(clamped * c(1.44269504088896341) + c(0.5))
-    r = clamped - n * c(0.6931471805599453)
+    if at_most_zero:
+        clamped = tirx.max(x, c(-104.0))  # below, every result is 0
+        bias, unbias = c(_ROUND + 32), c(2.0**-32)
+    else:
+        # Above 88.73 every result is inf (it overflows in the last product); below -104, 0.
+        clamped = tirx.max(tirx.min(x, c(88.73)), c(-104.0))
+        below = clamped < c(0.0)
+        bias, unbias = tirx.Select(below, c(_ROUND + 32), c(_ROUND - 1)), tirx.Select(below, c(2.0**-32), c(2.0))
+    t = clamped * c(_LOG2E) + bias
+    # n from the bits: TVM's simplifier folds the float (a + b) - b to a, which is not a rounding.
+    n = tirx.Cast("float32", tirx.reinterpret("int32", t) - tirx.reinterpret("int32", bias))
+    r = clamped - n * c(_LN2[0])
+    r = r - n * c(_LN2[1])
     y = c(_P[0])
     for p in _P[1:]:
         y = y * r + c(p)
-    y = y * r * r + r + c(1.0)
-    ni = tirx.Cast("int32", n)
-    half = ni >> 1
-    scale = [tirx.reinterpret("float32", (k + tirx.const(127, "int32")) << 23) for k in (half, ni - half)]
-    return tirx.max(scale[0] * (scale[1] * y), x)  # x itself where it wins: +inf, nan
+    y = (y * r + c(1.0)) * r + c(1.0)
+    scaled = tirx.reinterpret("int32", y) + (tirx.reinterpret("int32", t) << 23)
+    e = tirx.reinterpret("float32", scaled) * unbias
+    return e if at_most_zero else tirx.max(e, x)  # x itself where it wins: +inf, nan
 
 
 # x * P(x^2) / Q(x^2) on a clamped x: Eigen's float approximations, as topi.fast_erf / fast_tanh.
@@ -103,7 +118,12 @@ def rewrite(prim: tirx.PrimFunc, fast_math: bool = True, unaligned: bool = False
 
     def fast(call):
         f = _FAST_OPS.get(str(getattr(call.op, "name", "")))
-        return f(call.args[0]) if f is not None and str(call.ty.dtype) == "float32" else call
+        if f is None or str(call.ty.dtype) != "float32":
+            return call
+        arg = call.args[0]
+        if f is fast_exp and isinstance(arg, tirx.Min) and isinstance(arg.b, tirx.FloatImm) and arg.b.value <= 0:
+            return fast_exp(arg.a, at_most_zero=True)  # exp(min(a, c <= 0)): a lowering's mark of e^(x <= 0)
+        return f(arg)
 
     if fast_math:
         prim = tvm_ffi.structural_map(prim, [(Call, fast)])

@@ -348,3 +348,30 @@ def test_concats_that_run_no_kernel_are_stored_blocked_with_their_operands() -> 
     assert [c.ops[0] for c in readers] == ["conv2d", "max_pool2d"], [(c.kernel, c.ops) for c in steps]
     for c in readers:
         assert bufs[c.buffers[0]].layout, (c.kernel, bufs[c.buffers[0]])
+
+
+def test_the_planned_function_is_read_once_into_kernels_places_and_groups() -> None:
+    """`lower.read` of a planned fire module: the concats run no kernel; each shares a storage group with
+    the operands written into its bytes; each result lies where its destination does; the squeeze convs'
+    outputs are bordered views of the arena whose writers write the border."""
+    from compiler.codegen.lower import read
+    from dialects.exec import Launch
+
+    model, _, _ = _compile(FIRE, True)
+    planned = read(model.planned, "main")
+    launches = [op for op in model.planned["main"].ops if isinstance(op, Launch)]
+    assert planned.launches == launches
+    concats = [op for op in launches if "concat" in op.kernel.name]
+    assert len(concats) == 2 and not any(op in planned.kernel_of for op in concats)
+    assert len(planned.kernels) == len(launches) - 2 == len(model.plan.steps)
+    for op in concats:
+        group = planned.groups[op.results[0]]
+        assert set(op.inputs) <= set(group)
+        arena, lo, hi = planned.place[op.results[0]]
+        for v in op.inputs:
+            assert planned.place[v][0] is arena and lo <= planned.place[v][1] < planned.place[v][2] <= hi
+    for op in launches:
+        for d, r in zip(op.destinations, op.results):
+            assert planned.place.get(r) == planned.place.get(d)
+    bordered = [k for k in planned.kernels if any(k.out_borders)]
+    assert len(bordered) == 2 and all(planned.pads[k.outputs[0]] for k in bordered)  # the squeeze convs

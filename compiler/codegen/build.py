@@ -8,13 +8,13 @@ from pathlib import Path
 import numpy as np
 
 from compiler.codegen import layout
-from compiler.codegen.lower import Kernel, kernels_of, lower_kernel
+from compiler.codegen.lower import Kernel, Planned, lower_kernel, read
 from compiler.codegen.plan import Arg, Buffer, Plan, Step
 from compiler.codegen.runtime import CompiledModel
 from compiler.codegen.target import make_target, num_cores
 from compiler.diagnostics import GCError
 from compiler.ir import DType, Module, Value
-from compiler.memory import copies_nothing, is_planned, peak_bytes, plan_stats
+from compiler.memory import is_planned, peak_bytes, plan_stats
 from compiler.stats import op_flops
 from dialects.exec import Copy, Launch, Signal, Wait
 from dialects.mem import Alloc, Arena, View, padded_shape
@@ -63,15 +63,13 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
         # Only the CPU schedules write a bordered view's border (schedule_cpu.write_borders).
         raise GCError(f"a plan with bordered views of the arena (plan-memory's borders-in-arena) builds for "
                       f"llvm only, not {target}: plan it without borders-in-arena")
-    # A launch whose inputs already lie where it would copy them (concat views) needs no kernel at all.
-    idle = {r for op in copies_nothing(module, module[entry]) for r in op.results}
-    kernels = [k for k in kernels_of(module, entry)
-               if any(v.type.size > 0 for v in k.outputs) and not any(v in idle for v in k.outputs)]
+    planned = read(module, entry)  # the planned function's kernels and where their tensors lie, read once
+    kernels = planned.kernels
     prims = {id(k): lower_kernel(k) for k in kernels}
     sched = _Scheduler(target, tgt, prims)
     blocked = {}
     if target == "llvm" and layout.ENABLED:
-        blocked = layout.assign(module[entry], kernels, lambda k, proposal: sched(k, proposal)[1])
+        blocked = layout.assign(planned, lambda k, proposal: sched(k, proposal)[1])
     funcs = {}
     for k in kernels:
         proposal = layout.proposal_of(k, blocked) if blocked else {}
@@ -99,7 +97,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
         lib = llvm_pipeline.compile_cpu(scheduled, tgt)  # TVM's lowering, then strided loads as shuffles
     else:
         lib = tvm.compile(scheduled, target=tgt)
-    plan, consts = _plan(module, entry, kernels, blocked)
+    plan, consts = _plan(planned, blocked)
     plan.signatures = {name: signature(prim) for name, prim in funcs.items()}
     _check(plan, tgt)
     if file_order_bound is not None:
@@ -191,20 +189,17 @@ def signature(prim) -> list[list]:
     return out
 
 
-def _plan(module: Module, entry: str, kernels: list[Kernel],
-          blocked: dict[Value, int]) -> tuple[Plan, dict[str, np.ndarray]]:
+def _plan(planned: Planned, blocked: dict[Value, int]) -> tuple[Plan, dict[str, np.ndarray]]:
     """The planned entry function as the runtime's plan: buffers (arguments, constants, the arena and its
     views, result buffers) and the steps (kernel calls, copies, stream events) in order. A buffer holding
     channel-blocked tensors (`blocked`: value -> block width) has their 5-D shape, and pads."""
-    f = module[entry]
+    f = planned.f
     # Destinations (views, allocations) by the block width of the tensors written into them.
-    stored = {d: blocked[r] for op in f.ops if isinstance(op, Launch)
-              for d, r in zip(op.destinations, op.results) if r in blocked}
+    stored = {d: blocked[r] for op in planned.launches for d, r in zip(op.destinations, op.results) if r in blocked}
     buffers: list[Buffer] = []
     slot: dict[Value, int] = {}
     whole: dict[Value, int] = {}  # a bordered value -> the slot of its whole padded buffer
     consts: dict[str, np.ndarray] = {}
-    by_output = {v: k for k in kernels for v in k.outputs}
 
     def add(v: Value, kind: str, shape=None, **extra) -> int:
         slot[v] = len(buffers)
@@ -254,7 +249,7 @@ def _plan(module: Module, entry: str, kernels: list[Kernel],
                 slot[r] = slot[d]
                 if d in whole:
                     whole[r] = whole[d]
-            k = by_output.get(op.results[0])
+            k = planned.kernel_of.get(op)
             if k is None:
                 continue  # every output is empty, or every input lies where it would copy it: nothing to run
             tags = k.prepack
@@ -273,7 +268,7 @@ def _plan(module: Module, entry: str, kernels: list[Kernel],
         else:
             raise GCError(f"{op.name}: not expected in a planned function (a bug in gc)", op.loc)
     args = [Arg(a.name, tuple(int(d) for d in a.type.shape), str(a.type.dtype)) for a in f.args]
-    plan = Plan(entry, args, buffers, steps, [slot[v] for v in f.results], [str(v.type) for v in f.results],
+    plan = Plan(f.name, args, buffers, steps, [slot[v] for v in f.results], [str(v.type) for v in f.results],
                 plan_stats(f))
     return plan, consts
 

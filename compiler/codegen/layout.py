@@ -6,7 +6,7 @@ at any row width. The graph IR, the interpreter and a model's arguments and resu
 the bytes of an arena buffer are arranged differently (C a multiple of c: the same size).
 
 The choice is made per storage group (tensors that share bytes: a bordered buffer's tensors, an
-output written in place over an input) and only where every kernel touching the group takes the
+output written in place over an input; `lower.read` finds them) and only where every kernel touching the group takes the
 layout natively, as its schedule rule reports (`schedule_cpu.schedule`'s `native`). A kernel asked to
 take a blocked tensor its rule cannot read natively still computes right (the parameter's layout is
 transformed whatever the schedule), just slower; `assign` asks again until every group it keeps is
@@ -19,9 +19,8 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from compiler.ir import Func, Value
-from dialects.exec import Launch
-from dialects.mem import Alloc, View, padded_strides
+from compiler.ir import Value
+from dialects.mem import padded_strides
 
 # GC_LAYOUT=nchw keeps every tensor NCHW (to measure what blocking gains; part of the compile cache's key).
 ENABLED = os.environ.get("GC_LAYOUT", "").lower() != "nchw"
@@ -63,28 +62,25 @@ def eligible(v: Value) -> int:
     return c if c > 1 and t.shape[1] % c == 0 else 0
 
 
-def assign(f: Func, kernels: list, native: Callable[[object, dict[int, Blocked]], frozenset[int]]) -> dict[Value, int]:
-    """The values of the planned function `f` to store channel-blocked, with their block width.
+def assign(planned, native: Callable[[object, dict[int, Blocked]], frozenset[int]]) -> dict[Value, int]:
+    """The values of a planned function (`lower.Planned`) to store channel-blocked, with their block width.
 
-    `kernels` are lower.Kernel objects (their PrimFuncs lowered: `const_ops` known); `native(k, proposal)`
-    schedules kernel k with the parameters of `proposal` blocked and returns the parameter positions its
-    rule took natively. Groups a kernel refuses are dropped, and every kernel whose proposal changed is
-    asked again (a rule's answer for one parameter may depend on another: a conv whose output stays NCHW
-    may take the pixel tile, which reads its input NCHW), until every kernel takes all it is given. The
-    caller memoizes `native` by proposal: the last answers are the build's schedules."""
-    launches = [op for op in f.ops if isinstance(op, Launch)]
-    returned = set(f.results)
-    read_elsewhere = {v for op in f.ops if not isinstance(op, Launch) for v in op.operands}
-    group_of = _storage_groups(f, launches)
-    pads = {v: p for k in kernels for v, p in zip(k.outputs, k.out_pads)}
+    Its kernels' PrimFuncs are lowered (`const_ops` known); `native(k, proposal)` schedules kernel k with
+    the parameters of `proposal` blocked and returns the parameter positions its rule took natively.
+    Groups a kernel refuses are dropped, and every kernel whose proposal changed is asked again (a rule's
+    answer for one parameter may depend on another: a conv whose output stays NCHW may take the pixel
+    tile, which reads its input NCHW), until every kernel takes all it is given. The caller memoizes
+    `native` by proposal: the last answers are the build's schedules."""
+    kernels, group_of = planned.kernels, planned.groups
+    returned = set(planned.f.results)
     candidates: dict[Value, int] = {}
     # Every launch's results, not only the built kernels': a concat whose operands' producers wrote
     # into its bytes runs no kernel, yet its tensor shares their layout (their storage group).
-    for op in launches:
+    for op in planned.launches:
         for v in op.results:
-            c, p = eligible(v), pads.get(v)
+            c, p = eligible(v), planned.pads.get(v)
             spatial_border = p is None or not (p[0] or p[1] or p[4] or p[5])  # (none on batch or channels)
-            if c and v not in returned and v not in read_elsewhere and spatial_border:
+            if c and v not in returned and v not in planned.read_elsewhere and spatial_border:
                 candidates[v] = c
     # A group is a candidate only whole, of one block width.
     for members in {id(g): g for g in group_of.values()}.values():
@@ -131,43 +127,3 @@ def _positions(k) -> list[tuple[int, Value]]:
     n_in = len(k.inputs)
     first_out = n_in + len(k.const_ops)
     return [*enumerate(k.inputs), *((first_out + j, v) for j, v in enumerate(k.outputs))]
-
-
-def _storage_groups(f: Func, launches: list[Launch]) -> dict[Value, list[Value]]:
-    """Each value that must share a layout with others -> all of them: those of one buffer (a bordered
-    buffer's tensors), and an output with every input of its launch whose arena bytes it overlaps (written
-    in place)."""
-    parent: dict[Value, Value] = {}
-
-    def find(v: Value) -> Value:
-        while parent.get(v, v) is not v:
-            v = parent[v]
-        return v
-
-    def union(a: Value, b: Value) -> None:
-        ra, rb = find(a), find(b)
-        if ra is not rb:
-            parent[ra] = rb
-
-    by_dest: dict[Value, Value] = {}
-    where: dict[Value, tuple[Value, int, int]] = {}  # value -> (arena, first byte, end byte)
-    for op in launches:
-        for d, r in zip(op.destinations, op.results):
-            owner = d.owner
-            if isinstance(owner, Alloc):
-                if d in by_dest:
-                    union(r, by_dest[d])
-                by_dest[d] = r
-            elif isinstance(owner, View):
-                where[r] = (owner.operands[0], owner.offset, owner.offset + owner.padded_bytes)
-        for r in op.results:
-            if r not in where:
-                continue
-            arena, lo, hi = where[r]
-            for u in op.inputs:
-                if u in where and where[u][0] is arena and where[u][1] < hi and lo < where[u][2]:
-                    union(r, u)
-    groups: dict[Value, list[Value]] = {}
-    for v in {*parent, *(find(v) for v in parent)}:
-        groups.setdefault(find(v), []).append(v)
-    return {v: members for members in groups.values() if len(members) > 1 for v in members}

@@ -46,41 +46,116 @@ class Kernel:
     prepack: dict = field(default_factory=dict)
 
 
-def kernels_of(module: Module, entry: str) -> list[Kernel]:
-    """The entry function's kernels, in execution order: in a planned function each `exec.launch`; in a
-    graph-level one each call of a `kernel` function and each other op (constants are not kernels)."""
+@dataclass
+class Planned:
+    """A function read once for code generation: its kernels in execution order (`kernel_of` a launch or
+    op), and in a planned function what the memory plan says of their tensors' bytes: where a value lies
+    in the arena (`place`: arena, first byte, end byte, its border included), its zero border (`pads`), and
+    the values that must share a layout because they share bytes (`groups`: a buffer's tensors, an output
+    written over an input). Lowering, the layout choice and the runtime plan read this, not the IR again."""
+
+    f: Func
+    kernels: list[Kernel] = field(default_factory=list)
+    kernel_of: dict[Op, Kernel] = field(default_factory=dict)
+    launches: list[Op] = field(default_factory=list)
+    place: dict[Value, tuple[Value, int, int]] = field(default_factory=dict)
+    pads: dict[Value, tuple[int, ...]] = field(default_factory=dict)
+    groups: dict[Value, list[Value]] = field(default_factory=dict)
+    # Values that ops other than launches read (a copy's source, a result handed back): their layout is NCHW.
+    read_elsewhere: set[Value] = field(default_factory=set)
+
+
+def read(module: Module, entry: str) -> Planned:
+    """The entry function's kernels: in a planned function each `exec.launch` that runs code (not one
+    whose results are empty, nor a concat whose operands already lie in its bytes); in a graph-level one
+    each call of a `kernel` function and each other op (constants are not kernels)."""
+    from compiler.memory import launch_copies_nothing
+    from dialects.exec import Launch
+    from dialects.mem import Alloc, View
+
     f = module[entry]
-    out: list[Kernel] = []
+    out = Planned(f)
     names: dict[str, int] = {}
-    pads: dict[Value, tuple[int, ...]] = {}  # values stored with a zero border (plan-memory conv-borders)
-    shared: set[Value] = set()  # those of them in the arena: their writers write the border
+    shared: set[Value] = set()  # bordered values in the arena: their writers write the border
+    where: dict[Value, tuple[Value, int]] = {}
+    parent: dict[Value, Value] = {}  # union-find over values sharing bytes
+    last_in: dict[Value, Value] = {}  # an allocation -> the last value written into it
+
+    def find(v: Value) -> Value:
+        while parent.get(v, v) is not v:
+            v = parent[v]
+        return v
+
+    def union(a: Value, b: Value) -> None:
+        ra, rb = find(a), find(b)
+        if ra is not rb:
+            parent[ra] = rb
+
     for op in f.ops:
-        if op.kind == "constant" or op.name.startswith("mem.") or op.name in ("exec.copy", "exec.signal",
-                                                                                    "exec.wait"):
+        if not isinstance(op, Launch):
+            out.read_elsewhere.update(op.operands)
+        if op.kind == "constant":
             continue
+        if isinstance(op, View):
+            out.place[op.result] = (op.operands[0], op.offset, op.offset + op.padded_bytes)
+            where[op.result] = (op.operands[0], op.offset)
+            if op.pads:
+                out.pads[op.result] = tuple(op.pads)
+                shared.add(op.result)
+            continue
+        if isinstance(op, Alloc) and op.pads:
+            out.pads[op.result] = tuple(op.pads)
+        if op.name.startswith("mem.") or op.name in ("exec.copy", "exec.signal", "exec.wait"):
+            continue
+        if isinstance(op, Launch):
+            out.launches.append(op)
+            for d, r in zip(op.destinations, op.results):
+                for table in (out.place, out.pads, where):
+                    if d in table:
+                        table[r] = table[d]
+                if d in shared:
+                    shared.add(r)
+                if isinstance(d.owner, Alloc):
+                    if d in last_in:
+                        union(r, last_in[d])
+                    last_in[d] = r
+            for r in op.results:
+                if r in out.place:
+                    arena, lo, hi = out.place[r]
+                    for u in op.inputs:
+                        if u in out.place and out.place[u][0] is arena and out.place[u][1] < hi and lo < out.place[u][2]:
+                            union(r, u)
         if op.called() is not None:
             callee = module[op.called().name]
             if not callee.attrs.get("kernel"):
                 raise GCError(f"graph.call of @{callee.name}: codegen needs calls inlined or marked kernel", op.loc)
-            inputs = op.inputs if op.name == "exec.launch" else list(op.operands)
+            inputs = op.inputs if isinstance(op, Launch) else list(op.operands)
             k = Kernel(_unique(callee.name, names), list(callee.ops), list(inputs), list(op.results))
             k.params = list(callee.args)
             k.callee = callee
-            if op.name == "exec.launch":
-                for d, r in zip(op.destinations, op.results):
-                    if d.owner is not None and d.owner.name in ("mem.alloc", "mem.view") and d.owner.pads:
-                        pads[r] = tuple(d.owner.pads)
-                        if d.owner.name == "mem.view":
-                            shared.add(r)
-            k.in_pads = [pads.get(v) for v in k.inputs]
-            k.out_pads = [pads.get(v) for v in k.outputs]
+            k.in_pads = [out.pads.get(v) for v in k.inputs]
+            k.out_pads = [out.pads.get(v) for v in k.outputs]
             k.out_borders = [v in shared for v in k.outputs]
         else:
             k = Kernel(_unique(op.name.split(".")[-1], names), [op], list(op.operands), list(op.results))
             k.params = list(op.operands)
         k.kind = _anchor_kind(k.ops)
-        out.append(k)
+        if not any(v.type.size > 0 for v in k.outputs):
+            continue  # nothing to write
+        if isinstance(op, Launch) and launch_copies_nothing(module, op, where):
+            continue  # its inputs already lie where it would copy them (concat views)
+        out.kernels.append(k)
+        out.kernel_of[op] = k
+    members: dict[Value, list[Value]] = {}
+    for v in {*parent, *(find(v) for v in parent)}:
+        members.setdefault(find(v), []).append(v)
+    out.groups = {v: group for group in members.values() if len(group) > 1 for v in group}
     return out
+
+
+def kernels_of(module: Module, entry: str) -> list[Kernel]:
+    """The entry function's kernels, in execution order (see `read`)."""
+    return read(module, entry).kernels
 
 
 def _unique(base: str, names: dict[str, int]) -> str:

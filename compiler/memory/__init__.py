@@ -30,8 +30,9 @@ from compiler.memory.liveness import (
                                       view_spans,
 )
 from compiler.memory.placement import PAGE, SKEW, Block, place
-from compiler.memory.rules import IN_PLACE_KINDS, copies_nothing, lone_op, writes_in_place_over
+from compiler.memory.rules import IN_PLACE_KINDS, copies_nothing, launch_copies_nothing, lone_op, writes_in_place_over
 
 __all__ = ["IN_PLACE_KINDS", "PAGE", "SKEW", "Block", "Lifetime", "check_plan", "copies_nothing", "is_planned",
+           "launch_copies_nothing",
            "lifetimes", "lone_op", "lower_bound", "peak_bytes", "place", "plan_stats", "round_up", "steps_of",
            "view_spans", "writes_in_place_over"]

@@ -59,16 +59,20 @@ def copies_nothing(module: Module, f: Func) -> set[Op]:
         if op.name == "mem.view":
             where[op.result] = (op.operands[0], op.offset)
         elif op.name == "exec.launch":
-            n = len(op.results)
-            ins, dests = op.operands[: len(op.operands) - n], op.operands[len(op.operands) - n :]
-            for d, r in zip(dests, op.results):
+            for d, r in zip(op.destinations, op.results):
                 if d in where:
                     where[r] = where[d]
-            lone = launched_op(module, op)
-            offsets = lone.operand_offsets() if lone is not None and n == 1 else None
-            if offsets is None or dests[0] not in where or not ins:
-                continue
-            arena, base = where[dests[0]]
-            if all(v in where and where[v] == (arena, base + o) for v, o in zip(ins, offsets)):
+            if launch_copies_nothing(module, op, where):
                 out.add(op)
     return out
+
+
+def launch_copies_nothing(module: Module, op: Op, where: dict[Value, tuple[Value, int]]) -> bool:
+    """Whether launch `op` copies nothing, `where` giving the (arena, offset) of the values in the arena."""
+    lone = launched_op(module, op)
+    offsets = lone.operand_offsets() if lone is not None and len(op.results) == 1 else None
+    ins, dest = op.inputs, op.destinations[0]
+    if offsets is None or dest not in where or not ins:
+        return False
+    arena, base = where[dest]
+    return all(v in where and where[v] == (arena, base + o) for v, o in zip(ins, offsets))

@@ -77,8 +77,15 @@ def cases() -> list[Case]:
 
 
 def _array(x):
-    """A NumPy scalar (a 0-d input such as a window's size) as the 0-d array it stands for."""
-    return np.asarray(x) if isinstance(x, np.generic) else x
+    """A NumPy scalar (a 0-d input such as a window's size) as the 0-d array it stands for; a TensorProto
+    (onnx gives the data of 16-bit, 8-bit and 4-bit float and integer casts so) as its array."""
+    if isinstance(x, np.generic):
+        return np.asarray(x)
+    if type(x).__name__ == "TensorProto":
+        from onnx import numpy_helper
+
+        return numpy_helper.to_array(x)
+    return x
 
 
 def run_case(case: Case, target: str = "interp") -> tuple[str, str]:

@@ -342,6 +342,16 @@ CASES = [
         inits={"s": rand(3, 4)},
     ),
     case(
+        "LayerNormalization-mean-and-inverse-std",
+        node("LayerNormalization", ["x", "s", "b"], ["y", "mean", "inv"], axis=-2),
+        X,
+        inits={"s": rand(3, 4), "b": rand(3, 4)},
+        outputs=("y", "mean", "inv"),
+    ),
+    case("RMSNormalization", node("RMSNormalization", ["x", "s"], epsilon=1e-3), X, opset=23, inits={"s": rand(4)}),
+    case("RMSNormalization-axis0-broadcast-scale", node("RMSNormalization", ["x", "s"], axis=0), X, opset=23,
+         inits={"s": rand(3, 1)}),
+    case(
         "LRN",
         node("LRN", ["x"], size=3, alpha=0.01, beta=0.5, bias=2.0),
         IMG,

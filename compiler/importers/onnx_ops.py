@@ -679,7 +679,40 @@ def layer_norm(n: Node) -> list:
     bias = n.x(2) if n.has(2) else n.constant(n.full(dims, 0, x.type.dtype.np, "the zero bias"), x.type.dtype)
     if bias.type.shape != dims:
         bias = n.b.broadcast_to(bias, shape=dims)
-    return [n.b.layer_norm(x, scale, bias, axis=axis, epsilon=float(n.attr("epsilon", 1e-5)))]
+    eps = float(n.attr("epsilon", 1e-5))
+    y = n.b.layer_norm(x, scale, bias, axis=axis, epsilon=eps)
+    if not (n.output_used(1) or n.output_used(2)):
+        return [y]
+    # The statistics, where a later node reads them (a training graph's backward pass): computed apart,
+    # in the stash type, and given in X's type as onnx's reference gives them.
+    xs, axes = _stashed(n, x), tuple(range(axis, x.type.rank))
+    mean = n.b.reduce_mean(xs, axes=axes, keepdims=True)
+    d = n.b.sub(xs, mean)
+    inv = n.b.rsqrt(n.b.add(n.b.reduce_mean(n.b.mul(d, d), axes=axes, keepdims=True), n.scalar(eps, d)))
+    return [y, *(_like(n, t, x) for t in (mean, inv))]
+
+
+def _stashed(n: Node, x: Value) -> Value:
+    """x in the precision a normalization's statistics are computed in (stash_type 1: float32; a float64
+    x keeps its own, as onnx's reference does)."""
+    if n.attr("stash_type", 1) != 1:
+        raise n.error(f"stash_type {n.attr('stash_type')} is not supported (only 1: float32)")
+    return x if x.type.dtype in (DType.f32, DType.f64) else n.b.cast(x, dtype=DType.f32)
+
+
+def _like(n: Node, v: Value, x: Value) -> Value:
+    return v if v.type.dtype == x.type.dtype else n.b.cast(v, dtype=x.type.dtype)
+
+
+@converts("RMSNormalization", attrs="axis epsilon stash_type")
+def rms_norm(n: Node) -> list:
+    """x / sqrt(mean(x^2 over axis..) + epsilon) * scale (opset 23), the scale broadcast as NumPy does."""
+    x = n.x(0)
+    axis = _axis(n, n.attr("axis", -1), x.type.rank)
+    xs = _stashed(n, x)
+    ms = n.b.reduce_mean(n.b.mul(xs, xs), axes=tuple(range(axis, x.type.rank)), keepdims=True)
+    y = n.b.mul(xs, n.b.rsqrt(n.b.add(ms, n.scalar(float(n.attr("epsilon", 1e-5)), ms))))
+    return [n.b.mul(_like(n, y, x), n.x(1))]
 
 
 @converts("LRN", attrs="size alpha beta bias")

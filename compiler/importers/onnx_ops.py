@@ -1346,3 +1346,120 @@ def range_(n: Node) -> list:
         raise n.error(f"cannot count from {start} to {limit} in steps of {delta}")
     n.check_size([max(math.ceil((limit - start) / delta), 0)], "the output")
     return [np.arange(start, limit, delta).astype(dtype)]
+
+
+# --- attention ----------------------------------------------------------------------------------------
+
+
+@converts("Attention", attrs="is_causal kv_num_heads q_num_heads qk_matmul_output_mode scale softcap softmax_precision")
+def attention(n: Node) -> list:
+    """Scaled dot-product attention (opset 23) as graph ops, as onnx's reference computes it: Q and K each
+    scaled by sqrt(scale), the past keys and values before the new ones, K and V heads repeated for
+    grouped-query attention, softcap before the additive bias (attn_mask: boolean or float, padded
+    to the keys with masked entries; is_causal: bottom-right aligned after the past), a softmax whose
+    fully masked rows are zero, then P V. Outputs: Y, the present keys and values, and the scores
+    (qk_matmul_output_mode 0/1: after softcap, 2: with the bias, 3: the probabilities)."""
+    q, k, v = n.x(0), n.x(1), n.x(2)
+    rank = q.type.rank
+    if rank not in (3, 4) or k.type.rank != rank or v.type.rank != rank:
+        raise n.error(f"Q, K and V must all be 3-D or all 4-D, not {q.type}, {k.type}, {v.type}")
+    if n.has(6):
+        raise n.error("input #6 (nonpad_kv_seqlen) is not supported: gc needs static shapes")
+    if n.has(4) != n.has(5):
+        raise n.error("past_key and past_value must be given together")
+    dt = q.type.dtype
+    if rank == 3:
+        heads = (n.attr("q_num_heads"), n.attr("kv_num_heads"), n.attr("kv_num_heads"))
+        q, k, v = (_heads(n, t, h) for t, h in zip((q, k, v), heads))
+    b, hq, lq, dq = q.type.shape
+    scale = n.attr("scale", None)
+    scale = 1.0 / math.sqrt(dq) if scale is None else float(scale)
+    if n.has(4):
+        k, v = n.b.concat(n.x(4), k, axis=2), n.b.concat(n.x(5), v, axis=2)
+    present_k, present_v = k, v
+    root = n.scalar(float(np.asarray(math.sqrt(scale), dt.np)), q)  # rounded to Q's type, as onnx's is
+    q, k = n.b.mul(q, root), n.b.mul(k, root)
+    hk, lk = k.type.shape[1], k.type.shape[2]
+    if hk != hq:
+        if hq % hk:
+            raise n.error(f"{hq} query heads cannot share {hk} key and value heads")
+        k, v = (_repeat_heads(n, t, hq // hk) for t in (k, v))
+    s = n.b.matmul(q, n.b.transpose(k, perm=(0, 1, 3, 2)))
+    softcap = n.attr("softcap", None)
+    if softcap is not None and softcap > 0:
+        c = n.scalar(float(softcap), s)
+        s = n.b.mul(n.b.tanh(n.b.div(s, c)), c)
+    capped = s
+    bias = _attention_bias(n, dt, lq, lk, n.x(4).type.shape[2] if n.has(4) else 0)
+    if bias is not None:
+        s = n.b.add(s, bias)
+    mode = n.attr("qk_matmul_output_mode", 0)
+    if mode not in (0, 1, 2, 3):
+        raise n.error(f"qk_matmul_output_mode {mode} is not one of 0, 1, 2, 3")
+    scores = s if mode == 2 else capped
+    precision = n.attr("softmax_precision", None)
+    wide = n.imp.dtype(precision, "softmax_precision") if precision is not None else dt
+    x = s if wide == dt else n.b.cast(s, dtype=wide)
+    if bias is None:
+        p = n.b.softmax(x, axis=-1)
+    else:
+        p = _masked_softmax(n, x, bias)
+    if p.type.dtype != dt:
+        p = n.b.cast(p, dtype=dt)
+    if mode == 3:
+        scores = p
+    y = n.b.matmul(p, v)
+    if rank == 3:
+        y = n.b.reshape(n.b.transpose(y, perm=(0, 2, 1, 3)), shape=(b, lq, hq * y.type.shape[3]))
+    return [y, present_k, present_v, scores]
+
+
+def _heads(n: Node, t: Value, heads: int) -> Value:
+    """[B, L, H * D] as [B, H, L, D]."""
+    bt, length, hidden = t.type.shape
+    if heads < 1 or hidden % heads:
+        raise n.error(f"a hidden size of {hidden} does not split into {heads} heads")
+    return n.b.transpose(n.b.reshape(t, shape=(bt, length, heads, hidden // heads)), perm=(0, 2, 1, 3))
+
+
+def _repeat_heads(n: Node, t: Value, reps: int) -> Value:
+    """Each head `reps` times in a row ([h0, h0, h1, h1, ...]), as grouped-query attention shares them."""
+    bt, h, length, d = t.type.shape
+    wide = n.b.broadcast_to(n.b.reshape(t, shape=(bt, h, 1, length, d)), shape=(bt, h, reps, length, d))
+    return n.b.reshape(wide, shape=(bt, h * reps, length, d))
+
+
+def _attention_bias(n: Node, dt: DType, lq: int, lk: int, past: int) -> Value | None:
+    """The additive bias over the scores, or None: attn_mask (True or 0 attends; padded to the keys with
+    masked entries) plus, with is_causal, -inf where key j > query i + the past's length."""
+    mask = n.x(3) if n.has(3) else None
+    ninf = float("-inf")
+    if mask is not None:
+        short = lk - mask.type.shape[-1]
+        if short < 0:
+            raise n.error(f"attn_mask has {mask.type.shape[-1]} keys, more than the {lk} there are")
+        if mask.type.dtype == DType.i1:
+            mask = n.b.where(mask, n.constant(np.array(0), dt), n.constant(np.array(ninf), dt))
+        elif mask.type.dtype != dt:
+            mask = n.b.cast(mask, dtype=dt)
+        if short:
+            fill = np.full((*mask.type.shape[:-1], short), ninf, dt.np)
+            mask = n.b.concat(mask, n.constant(fill, dt), axis=-1)
+    if not n.attr("is_causal", 0):
+        return mask
+    allowed = np.arange(lk)[None, :] <= np.arange(lq)[:, None] + past
+    causal = n.constant(np.where(allowed, 0, ninf).astype(dt.np), dt)
+    return causal if mask is None else n.b.add(mask, causal)
+
+
+def _masked_softmax(n: Node, x: Value, bias: Value) -> Value:
+    """softmax over the last axis whose rows of -inf (every key masked) give 0, not NaN; a row is also 0
+    wherever its bias is -inf throughout (onnx's guard: the scores there may be anything, NaN included)."""
+    ninf = n.scalar(float("-inf"), x)
+    m = n.b.reduce_max(x, axes=(x.type.rank - 1,), keepdims=True)
+    m = n.b.where(n.b.equal(m, ninf), n.scalar(0.0, x), m)
+    e = n.b.exp(n.b.sub(x, m))
+    z = n.b.reduce_sum(e, axes=(x.type.rank - 1,), keepdims=True)
+    p = n.b.div(e, n.b.where(n.b.equal(z, n.scalar(0.0, z)), n.scalar(1.0, z), z))
+    dead = n.b.equal(n.b.reduce_max(bias, axes=(bias.type.rank - 1,), keepdims=True), n.scalar(float("-inf"), bias))
+    return n.b.where(dead, n.scalar(0.0, p), p)

@@ -1463,3 +1463,52 @@ def _masked_softmax(n: Node, x: Value, bias: Value) -> Value:
     p = n.b.div(e, n.b.where(n.b.equal(z, n.scalar(0.0, z)), n.scalar(1.0, z), z))
     dead = n.b.equal(n.b.reduce_max(bias, axes=(bias.type.rank - 1,), keepdims=True), n.scalar(float("-inf"), bias))
     return n.b.where(dead, n.scalar(0.0, p), p)
+
+
+# --- losses --------------------------------------------------------------------------------------------
+
+
+@converts("NegativeLogLikelihoodLoss", attrs="ignore_index reduction")
+def nll_loss(n: Node) -> list:
+    """-input[n, target[n, d...], d...] times the target's weight; a target equal to ignore_index weighs 0.
+    The picked element and its weight come from a one-hot mask of the target over the classes (no gather:
+    a target out of range picks nothing and weighs 0)."""
+    weight = n.x(2) if n.has(2) else None
+    return [_nll(n, n.x(0), n.x(1), weight)]
+
+
+@converts("SoftmaxCrossEntropyLoss", attrs="ignore_index reduction")
+def softmax_cross_entropy(n: Node) -> list:
+    """NegativeLogLikelihoodLoss of log_softmax(scores) over the classes (axis 1); the log-probabilities
+    are the second output."""
+    logp = n.b.log_softmax(n.x(0), axis=1)
+    weight = n.x(2) if n.has(2) else None
+    return [_nll(n, logp, n.x(1), weight), logp]
+
+
+def _nll(n: Node, x: Value, target: Value, weight: Value | None) -> Value:
+    xs, ts = x.type.shape, target.type.shape
+    if x.type.rank < 2 or ts != (xs[0], *xs[2:]):
+        raise n.error(f"target {target.type} does not match input {x.type}: it must be [N, d1, ...] of [N, C, d1, ...]")
+    c, dt = xs[1], x.type.dtype
+    reduction = n.attr("reduction", "mean")
+    if reduction not in ("none", "sum", "mean"):
+        raise n.error(f"reduction '{reduction}' is not one of none, sum, mean")
+    classes = np.arange(c, dtype=target.type.dtype.np).reshape((1, c) + (1,) * (x.type.rank - 2))
+    hot = n.b.equal(n.b.reshape(target, shape=(ts[0], 1, *ts[1:])), n.constant(classes, target.type.dtype))
+    zero = n.scalar(0.0, x)
+    picked = n.b.reduce_sum(n.b.where(hot, x, zero), axes=(1,))
+    if weight is None:
+        w = n.b.reduce_sum(n.b.cast(hot, dtype=dt), axes=(1,))
+    else:
+        wide = n.b.broadcast_to(n.b.reshape(weight, shape=classes.shape), shape=xs)
+        w = n.b.reduce_sum(n.b.where(hot, wide, zero), axes=(1,))
+    ignore = n.attr("ignore_index", None)
+    if ignore is not None and 0 <= ignore < c:  # (out of range, the one-hot mask weighs it 0 already)
+        w = n.b.where(n.b.equal(target, n.constant(np.array(ignore), target.type.dtype)), n.scalar(0.0, w), w)
+    loss = n.b.neg(n.b.mul(picked, w))
+    if reduction == "none":
+        return loss
+    every = tuple(range(loss.type.rank))
+    total = n.b.reduce_sum(loss, axes=every)
+    return total if reduction == "sum" else n.b.div(total, n.b.reduce_sum(w, axes=every))

@@ -676,34 +676,41 @@ def _ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     return np.abs(got.view(np.int32).astype(np.int64) - want.view(np.int32).astype(np.int64))
 
 
-@pytest.mark.parametrize("form", ["any", "at-most-zero"])
+@pytest.mark.parametrize("form", ["any", "min-0", "min-1"])
 def test_fast_exp_is_within_2_ulp_and_keeps_special_values(form: str) -> None:
     """Over the whole float range (denormal results included) within 2 ulp of the correctly rounded e^x;
-    overflow exactly where exp overflows. `exp(min(x, 0))` takes the short form for arguments <= 0."""
+    overflow exactly where exp overflows. `exp(min(x, c))` with a constant c <= 0 takes the short form,
+    which never overflows, and is still e^min(x, c) for any x (above c too)."""
     n = 1 << 16
     x = te.placeholder((n,), name="x")
-    zero = tvm.tirx.const(0.0, "float32")
-    out = topi.exp(x) if form == "any" else te.compute((n,), lambda i: te.exp(tvm.tirx.min(x[i], zero)))
+    c = {"any": None, "min-0": 0.0, "min-1": -1.0}[form]
+    if c is None:
+        out = topi.exp(x)
+    else:
+        out = te.compute((n,), lambda i: te.exp(tvm.tirx.min(x[i], tvm.tirx.const(c, "float32"))))
     prim = rewrite.rewrite(te.create_prim_func([x, out]))
     assert "T.exp(" not in prim.script()
-    assert ("12582911" in prim.script()) == (form == "any")  # the short form has no overflow branch
+    assert ("12582911" in prim.script()) == (c is None)  # the short form has no overflow branch
     fn = tvm.compile(prim, target=llvm_target())["main"]
-    edges = [0, -np.inf, -200, -87.5, -95, -103.5, -103.9, -110, -1e-30]
-    if form == "any":
-        edges += [np.inf, np.nan, 1, 88.72, 88.7228, 88.723, 89]
-    top = 88.72 if form == "any" else 0.0
-    v = np.concatenate([np.linspace(-104, top, n - len(edges)), edges]).astype(np.float32)
+    edges = [0, -np.inf, -200, -87.5, -95, -103.5, -103.9, -110, -1e-30, 1, 88.72, 88.7228, 88.723, 89, np.inf]
+    if c is None:
+        edges.append(np.nan)
+    v = np.concatenate([np.linspace(-104, 88.72, n - len(edges)), edges]).astype(np.float32)
     got = aligned(np.zeros(n, np.float32))
     fn(aligned(v), got)
+    arg = v if c is None else np.minimum(v, np.float32(c))
     with np.errstate(over="ignore"):
-        want = np.exp(v.astype(np.float64)).astype(np.float32)
+        want = np.exp(arg.astype(np.float64)).astype(np.float32)
     finite = np.isfinite(want) & ~np.isnan(v)
     assert _ulps(got[finite], want[finite]).max() <= 2, v[finite][np.argmax(_ulps(got[finite], want[finite]))]
     np.testing.assert_array_equal(np.isinf(got), np.isinf(want))
     special = dict(zip(edges, got[-len(edges):].tolist()))
-    assert special[0] == 1 and special[-np.inf] == 0 and special[-110] == 0
-    if form == "any":
-        assert special[np.inf] == np.inf and np.isnan(got[-6])
+    assert special[-np.inf] == 0 and special[-110] == 0
+    if c is None:
+        assert special[0] == 1 and special[np.inf] == np.inf and np.isnan(got[-1])
+    else:
+        # above c, e^c (within 2 ulp, above) whatever x is: nothing overflows
+        assert special[1] == special[89] == special[np.inf] and (c != 0 or special[1] == 1)
 
 
 @pytest.mark.parametrize("name", ["erf", "tanh"])

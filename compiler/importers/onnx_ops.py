@@ -684,12 +684,12 @@ def layer_norm(n: Node) -> list:
     if not (n.output_used(1) or n.output_used(2)):
         return [y]
     # The statistics, where a later node reads them (a training graph's backward pass): computed apart,
-    # in the stash type, and given in X's type as onnx's reference gives them.
+    # in the stash type, which is their type (the schema's U; onnx's Python reference alone gives X's).
     xs, axes = _stashed(n, x), tuple(range(axis, x.type.rank))
     mean = n.b.reduce_mean(xs, axes=axes, keepdims=True)
     d = n.b.sub(xs, mean)
     inv = n.b.rsqrt(n.b.add(n.b.reduce_mean(n.b.mul(d, d), axes=axes, keepdims=True), n.scalar(eps, d)))
-    return [y, *(_like(n, t, x) for t in (mean, inv))]
+    return [y, mean, inv]
 
 
 def _stashed(n: Node, x: Value) -> Value:
@@ -1504,8 +1504,10 @@ def _nll(n: Node, x: Value, target: Value, weight: Value | None) -> Value:
         wide = n.b.broadcast_to(n.b.reshape(weight, shape=classes.shape), shape=xs)
         w = n.b.reduce_sum(n.b.where(hot, wide, zero), axes=(1,))
     ignore = n.attr("ignore_index", None)
-    if ignore is not None and 0 <= ignore < c:  # (out of range, the one-hot mask weighs it 0 already)
-        w = n.b.where(n.b.equal(target, n.constant(np.array(ignore), target.type.dtype)), n.scalar(0.0, w), w)
+    if ignore is not None and 0 <= ignore < c:  # (out of range, the one-hot mask picks nothing already)
+        # Nothing picked there either: an ignored -inf log-probability (a masked pad class) is no NaN.
+        ignored = n.b.equal(target, n.constant(np.array(ignore), target.type.dtype))
+        picked, w = (n.b.where(ignored, n.scalar(0.0, t), t) for t in (picked, w))
     loss = n.b.neg(n.b.mul(picked, w))
     if reduction == "none":
         return loss

@@ -71,8 +71,8 @@ def launch_copies_nothing(module: Module, op: Op, where: dict[Value, tuple[Value
     """Whether launch `op` copies nothing, `where` giving the (arena, offset) of the values in the arena."""
     lone = launched_op(module, op)
     offsets = lone.operand_offsets() if lone is not None and len(op.results) == 1 else None
-    ins, dest = op.inputs, op.destinations[0]
-    if offsets is None or dest not in where or not ins:
+    ins = op.inputs
+    if offsets is None or op.destinations[0] not in where or not ins:
         return False
-    arena, base = where[dest]
+    arena, base = where[op.destinations[0]]
     return all(v in where and where[v] == (arena, base + o) for v, o in zip(ins, offsets))

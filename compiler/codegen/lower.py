@@ -77,7 +77,6 @@ def read(module: Module, entry: str) -> Planned:
     out = Planned(f)
     names: dict[str, int] = {}
     shared: set[Value] = set()  # bordered values in the arena: their writers write the border
-    where: dict[Value, tuple[Value, int]] = {}
     parent: dict[Value, Value] = {}  # union-find over values sharing bytes
     last_in: dict[Value, Value] = {}  # an allocation -> the last value written into it
 
@@ -98,7 +97,6 @@ def read(module: Module, entry: str) -> Planned:
             continue
         if isinstance(op, View):
             out.place[op.result] = (op.operands[0], op.offset, op.offset + op.padded_bytes)
-            where[op.result] = (op.operands[0], op.offset)
             if op.pads:
                 out.pads[op.result] = tuple(op.pads)
                 shared.add(op.result)
@@ -110,7 +108,7 @@ def read(module: Module, entry: str) -> Planned:
         if isinstance(op, Launch):
             out.launches.append(op)
             for d, r in zip(op.destinations, op.results):
-                for table in (out.place, out.pads, where):
+                for table in (out.place, out.pads):
                     if d in table:
                         table[r] = table[d]
                 if d in shared:
@@ -142,7 +140,7 @@ def read(module: Module, entry: str) -> Planned:
         k.kind = _anchor_kind(k.ops)
         if not any(v.type.size > 0 for v in k.outputs):
             continue  # nothing to write
-        if isinstance(op, Launch) and launch_copies_nothing(module, op, where):
+        if isinstance(op, Launch) and launch_copies_nothing(module, op, out.place):
             continue  # its inputs already lie where it would copy them (concat views)
         out.kernels.append(k)
         out.kernel_of[op] = k

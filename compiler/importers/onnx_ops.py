@@ -697,11 +697,12 @@ def _stashed(n: Node, x: Value) -> Value:
     x keeps its own, as onnx's reference does)."""
     if n.attr("stash_type", 1) != 1:
         raise n.error(f"stash_type {n.attr('stash_type')} is not supported (only 1: float32)")
-    return x if x.type.dtype in (DType.f32, DType.f64) else n.b.cast(x, dtype=DType.f32)
+    return x if x.type.dtype == DType.f64 else _as(n, x, DType.f32)
 
 
-def _like(n: Node, v: Value, x: Value) -> Value:
-    return v if v.type.dtype == x.type.dtype else n.b.cast(v, dtype=x.type.dtype)
+def _as(n: Node, v: Value, dtype: DType) -> Value:
+    """v cast to `dtype`, unless it has it already."""
+    return v if v.type.dtype == dtype else n.b.cast(v, dtype=dtype)
 
 
 @converts("RMSNormalization", attrs="axis epsilon stash_type")
@@ -712,7 +713,7 @@ def rms_norm(n: Node) -> list:
     xs = _stashed(n, x)
     ms = n.b.reduce_mean(n.b.mul(xs, xs), axes=tuple(range(axis, x.type.rank)), keepdims=True)
     y = n.b.mul(xs, n.b.rsqrt(n.b.add(ms, n.scalar(float(n.attr("epsilon", 1e-5)), ms))))
-    return [n.b.mul(_like(n, y, x), n.x(1))]
+    return [n.b.mul(_as(n, y, x.type.dtype), n.x(1))]
 
 
 @converts("LRN", attrs="size alpha beta bias")
@@ -1067,7 +1068,7 @@ def gather_elements(n: Node) -> list:
             shape = [1] * r
             shape[k] = idx.type.shape[k]
             offsets = offsets + (np.arange(idx.type.shape[k], dtype=np.int64) * strides[k]).reshape(shape)
-    i64 = n.b.cast(idx, dtype=DType.i64) if idx.type.dtype != DType.i64 else idx
+    i64 = _as(n, idx, DType.i64)
     size = n.constant(np.array(data.type.shape[axis]), DType.i64)
     i64 = n.b.where(n.b.less(i64, n.constant(np.array(0), DType.i64)), n.b.add(i64, size), i64)
     flat = n.b.add(n.b.mul(i64, n.constant(np.array(strides[axis]), DType.i64)), n.constant(offsets, DType.i64))
@@ -1095,7 +1096,7 @@ def gather_nd(n: Node) -> list:
     positions = data.type.shape[b : b + k]
     rest = data.type.shape[b + k :]
     per_batch, row = math.prod(positions), math.prod(rest)
-    i64 = n.b.cast(idx, dtype=DType.i64) if idx.type.dtype != DType.i64 else idx
+    i64 = _as(n, idx, DType.i64)
     sizes = n.constant(np.array(positions), DType.i64)
     i64 = n.b.where(n.b.less(i64, n.constant(np.array(0), DType.i64)), n.b.add(i64, sizes), i64)
     strides = np.array([math.prod(positions[j + 1 :]) for j in range(k)], np.int64)
@@ -1290,7 +1291,7 @@ def _trilu_at_run_time(n: Node) -> Value:
     rows, cols = x.type.shape[-2:]
     offsets = np.arange(cols, dtype=np.int64)[None, :] - np.arange(rows, dtype=np.int64)[:, None]
     d = n.constant(offsets, DType.i64)
-    k = n.b.reshape(n.b.cast(k, dtype=DType.i64) if k.type.dtype != DType.i64 else k, shape=())
+    k = n.b.reshape(_as(n, k, DType.i64), shape=())
     false = n.constant(np.array(False), DType.i1)
     keep = n.b.equal(n.b.less(d, k), false) if n.attr("upper", 1) else n.b.equal(n.b.greater(d, k), false)
     return n.b.where(keep, x, n.scalar(0, x))
@@ -1399,13 +1400,12 @@ def attention(n: Node) -> list:
     scores = s if mode == 2 else capped
     precision = n.attr("softmax_precision", None)
     wide = n.imp.dtype(precision, "softmax_precision") if precision is not None else dt
-    x = s if wide == dt else n.b.cast(s, dtype=wide)
+    x = _as(n, s, wide)
     if bias is None:
         p = n.b.softmax(x, axis=-1)
     else:
         p = _masked_softmax(n, x, bias)
-    if p.type.dtype != dt:
-        p = n.b.cast(p, dtype=dt)
+    p = _as(n, p, dt)
     if mode == 3:
         scores = p
     y = n.b.matmul(p, v)
@@ -1440,8 +1440,8 @@ def _attention_bias(n: Node, dt: DType, lq: int, lk: int, past: int) -> Value | 
             raise n.error(f"attn_mask has {mask.type.shape[-1]} keys, more than the {lk} there are")
         if mask.type.dtype == DType.i1:
             mask = n.b.where(mask, n.constant(np.array(0), dt), n.constant(np.array(ninf), dt))
-        elif mask.type.dtype != dt:
-            mask = n.b.cast(mask, dtype=dt)
+        else:
+            mask = _as(n, mask, dt)
         if short:
             fill = np.full((*mask.type.shape[:-1], short), ninf, dt.np)
             mask = n.b.concat(mask, n.constant(fill, dt), axis=-1)

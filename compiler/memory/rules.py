@@ -67,12 +67,13 @@ def copies_nothing(module: Module, f: Func) -> set[Op]:
     return out
 
 
-def launch_copies_nothing(module: Module, op: Op, where: dict[Value, tuple[Value, int]]) -> bool:
-    """Whether launch `op` copies nothing, `where` giving the (arena, offset) of the values in the arena."""
+def launch_copies_nothing(module: Module, op: Op, where: dict[Value, tuple]) -> bool:
+    """Whether launch `op` copies nothing, `where` giving the arena and offset of the values in the arena
+    (the first two entries of each tuple: `lower.Planned.place` adds the end)."""
     lone = launched_op(module, op)
     offsets = lone.operand_offsets() if lone is not None and len(op.results) == 1 else None
     ins = op.inputs
     if offsets is None or op.destinations[0] not in where or not ins:
         return False
-    arena, base = where[op.destinations[0]]
-    return all(v in where and where[v] == (arena, base + o) for v, o in zip(ins, offsets))
+    arena, base = where[op.destinations[0]][:2]
+    return all(v in where and where[v][:2] == (arena, base + o) for v, o in zip(ins, offsets))

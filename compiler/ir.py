@@ -23,8 +23,14 @@ class DType(enum.Enum):
     f64 = "f64"
     i1 = "i1"
     i8 = "i8"
+    i16 = "i16"
     i32 = "i32"
     i64 = "i64"
+    # Unsigned integers: an extension of the contract's dtypes (ONNX's UINT8..UINT64).
+    u8 = "u8"
+    u16 = "u16"
+    u32 = "u32"
+    u64 = "u64"
 
     def __str__(self) -> str:
         return self.value
@@ -39,7 +45,12 @@ class DType(enum.Enum):
 
     @property
     def is_int(self) -> bool:
-        return self in (DType.i8, DType.i32, DType.i64)
+        """Signed or unsigned integers (not i1)."""
+        return self.np.kind in "iu" and self is not DType.i1
+
+    @property
+    def is_unsigned(self) -> bool:
+        return self.np.kind == "u"
 
     @property
     def is_bool(self) -> bool:
@@ -68,8 +79,13 @@ _NUMPY = {
     DType.f64: np.dtype(np.float64),
     DType.i1: np.dtype(np.bool_),
     DType.i8: np.dtype(np.int8),
+    DType.i16: np.dtype(np.int16),
     DType.i32: np.dtype(np.int32),
     DType.i64: np.dtype(np.int64),
+    DType.u8: np.dtype(np.uint8),
+    DType.u16: np.dtype(np.uint16),
+    DType.u32: np.dtype(np.uint32),
+    DType.u64: np.dtype(np.uint64),
 }
 _TVM = {
     DType.f16: "float16",
@@ -78,8 +94,13 @@ _TVM = {
     DType.f64: "float64",
     DType.i1: "bool",
     DType.i8: "int8",
+    DType.i16: "int16",
     DType.i32: "int32",
     DType.i64: "int64",
+    DType.u8: "uint8",
+    DType.u16: "uint16",
+    DType.u32: "uint32",
+    DType.u64: "uint64",
 }
 
 

@@ -16,7 +16,7 @@ import ml_dtypes
 import numpy as np
 
 from compiler.diagnostics import Diagnostic, DiagnosticCollector, GCError, Location, Source
-from compiler.ir import DType, Dense, Func, Module, Op, SymbolRef, TensorType, Value, lookup_op, OP_REGISTRY
+from compiler.ir import OP_REGISTRY, Dense, DType, Func, Module, Op, SymbolRef, TensorType, Value, lookup_op
 
 _DTYPES = {d.value: d for d in DType}
 MAX_RANK = 64  # NumPy's most dimensions (numpy 2); the reference interpreter is NumPy
@@ -363,12 +363,13 @@ class _Builder:
             raise GCError(f"lists nest more than {MAX_RANK} deep", Location(self.source.name, t.meta.line,
                                                                             t.meta.column, self.source))
 
-    def number(self, tok):
+    def number(self, tok, dense: bool = False):
         s = tok.value
         if any(c in s.lower() for c in ".en") or "inf" in s:
             return float(s)
         v = int(s)
-        if not _INT64[0] <= v <= _INT64[1]:
+        # A dense literal may hold a u64 up to 2^64 - 1; its dtype's range is checked with the rest of it.
+        if not _INT64[0] <= v <= (2**64 - 1 if dense else _INT64[1]):
             raise GCError(f"integer {s} does not fit in 64 bits", self.loc(tok))
         return v
 
@@ -408,7 +409,8 @@ class _Builder:
             info = np.iinfo(ty.dtype.np)
             if any(not info.min <= int(x) <= info.max for x in flat):
                 raise GCError(f"dense value out of range for {ty.dtype}", loc)
-        source = np.array(arr.tolist() if arr.dtype == object else arr)
+        # Integers straight to their dtype (in range, as checked): a u64 above 2^63 would otherwise go through f64.
+        source = np.array(arr.tolist() if arr.dtype == object else arr, dtype=ty.dtype.np if ty.dtype.is_int else None)
         with np.errstate(over="ignore"):
             values = source.astype(ty.dtype.np)
         overflow = np.isinf(values.astype(np.float64)) & np.isfinite(source) if ty.dtype.is_float else None
@@ -427,8 +429,7 @@ class _Builder:
             self.check_nesting(t, depth)
             return [self.dense_literal(c, depth + 1) for c in t.children]
         tok = t.children[0] if isinstance(t, lark.Tree) else t
-        v = self.scalar_token(tok, allow_dtype=False)
-        return v
+        return self.number(tok, dense=True) if tok.type == "NUMBER" else self.scalar_token(tok, allow_dtype=False)
 
     # -- locations ----------------------------------------------------------------------------
 

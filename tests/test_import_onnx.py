@@ -565,6 +565,16 @@ CASES = [
         for fmod in (0, 1)
         for a, b in ((-7, 3), (7, -3))
     ),
+    # the integer dtypes beyond the contract's (i16, u8..u64): wrapping arithmetic, unsigned division
+    case("Add-uint8-wraps", node("Add", ["a", "b"]), {"a": np.uint8([250, 3, 255]), "b": np.uint8([10, 4, 1])}),
+    case("Div-Mod-uint32", [node("Div", ["a", "b"], ["q"]), node("Mod", ["a", "b"], ["r"])],
+         {"a": np.uint32([4294967295, 7, 9]), "b": np.uint32([2, 3, 4294967295])}, outputs=("q", "r")),
+    case("Max-Less-uint64", [node("Max", ["a", "b"], ["m"]), node("Less", ["a", "b"], ["l"])],
+         {"a": np.uint64([2**64 - 1, 0]), "b": np.uint64([1, 2**63])}, outputs=("m", "l")),
+    case("Mod-int16-mixed-signs", node("Mod", ["a", "b"]), {"a": np.int16([-7, 7, -32768]), "b": np.int16([3, -3, 7])}),
+    case("Cast-int16-to-uint16-and-back", [node("Cast", ["a"], ["u"], to=TensorProto.UINT16),
+                                           node("Cast", ["u"], ["y"], to=TensorProto.INT16)],
+         {"a": np.int16([-1, -32768, 5])}, outputs=("u", "y")),
     case("Shape-start-end", [node("Shape", ["x"], ["s"], start=1, end=-1), node("Cast", ["s"], to=F)], X, opset=15),
     case("Size", [node("Size", ["x"], ["n"]), node("Cast", ["n"], to=F)], X),
     case(
@@ -829,8 +839,8 @@ def test_input_shape_for_an_unknown_input_is_an_error() -> None:
 
 
 def test_unsupported_input_dtype_is_an_error() -> None:
-    msg = import_error(make_model([node("Identity", ["u"])], {"u": np.zeros(3, np.uint8)}, ["y"]))
-    assert "input 'u' has element type UINT8, which GIR has no dtype for" in msg
+    msg = import_error(make_model([node("Identity", ["u"])], {"u": np.zeros(3, np.complex64)}, ["y"]))
+    assert "input 'u' has element type COMPLEX64, which GIR has no dtype for" in msg
 
 
 def test_op_of_another_domain_is_unsupported() -> None:

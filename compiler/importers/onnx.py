@@ -42,10 +42,11 @@ from compiler.printer import print_module
 from compiler.rewrite import erase_dead_ops
 
 # ONNX TensorProto element types that have a GIR dtype.
-DTYPES = {1: DType.f32, 3: DType.i8, 6: DType.i32, 7: DType.i64, 9: DType.i1, 10: DType.f16, 11: DType.f64,
-          16: DType.bf16}  # fmt: skip
+DTYPES = {1: DType.f32, 2: DType.u8, 3: DType.i8, 4: DType.u16, 5: DType.i16, 6: DType.i32, 7: DType.i64, 9: DType.i1,
+          10: DType.f16, 11: DType.f64, 12: DType.u32, 13: DType.u64, 16: DType.bf16}  # fmt: skip
 # The same, as ONNX's op schemas name them in their type constraints.
-TYPE_STRS = {DType.f32: "float", DType.i8: "int8", DType.i32: "int32", DType.i64: "int64", DType.i1: "bool",
+TYPE_STRS = {DType.f32: "float", DType.i8: "int8", DType.i16: "int16", DType.i32: "int32", DType.i64: "int64",
+             DType.u8: "uint8", DType.u16: "uint16", DType.u32: "uint32", DType.u64: "uint64", DType.i1: "bool",
              DType.f16: "float16", DType.f64: "double", DType.bf16: "bfloat16"}  # fmt: skip
 # Results computed from constants above this many elements are left to gc's own fold-constants.
 FOLD_LIMIT = 1 << 16

@@ -25,10 +25,17 @@ from dialects.graph.common import same_type
 # The casts that keep every value of the source dtype, nan and inf included: i1 fits anywhere, an
 # integer fits a wider integer and a float whose significand holds it, a float fits a wider float.
 _EXACT_CASTS: dict[DType, set[DType]] = {
-    DType.i1: {DType.i8, DType.i32, DType.i64, DType.f16, DType.bf16, DType.f32, DType.f64},
-    DType.i8: {DType.i32, DType.i64, DType.f16, DType.bf16, DType.f32, DType.f64},
+    DType.i1: {DType.i8, DType.i16, DType.i32, DType.i64, DType.u8, DType.u16, DType.u32, DType.u64, DType.f16,
+               DType.bf16, DType.f32, DType.f64},
+    DType.i8: {DType.i16, DType.i32, DType.i64, DType.f16, DType.bf16, DType.f32, DType.f64},
+    DType.i16: {DType.i32, DType.i64, DType.f32, DType.f64},
     DType.i32: {DType.i64, DType.f64},
     DType.i64: set(),
+    DType.u8: {DType.i16, DType.i32, DType.i64, DType.u16, DType.u32, DType.u64, DType.f16, DType.bf16, DType.f32,
+               DType.f64},
+    DType.u16: {DType.i32, DType.i64, DType.u32, DType.u64, DType.f32, DType.f64},
+    DType.u32: {DType.i64, DType.u64, DType.f64},
+    DType.u64: set(),
     DType.f16: {DType.f32, DType.f64},
     DType.bf16: {DType.f32, DType.f64},
     DType.f32: {DType.f64},

@@ -224,7 +224,13 @@ def _softplus(x):
     return tvm.tirx.Select(x > zero, x, zero) + tvm.tirx.log1p(te.exp(-tvm.tirx.abs(x)))
 
 
-Neg = unary("graph.neg", np.negative, "-x:  %y = graph.neg(%x) : tensor<4xf32>", False, lower=_lower(lambda x: -x),
+def _neg(x):
+    # Two's complement for unsigned types: TVM writes -x as x * -1, and has no -1 of an unsigned type; its
+    # simplifier also takes 0 - x of u32/u64 as 0 (no underflow assumed).
+    return ~x + _const(1, x) if _dtype(x).startswith("uint") else -x
+
+
+Neg = unary("graph.neg", np.negative, "-x:  %y = graph.neg(%x) : tensor<4xf32>", False, lower=_lower(_neg),
             vjp=lambda b, x, y, dy: b.neg(dy), precision="follow")
 Abs = unary("graph.abs", np.abs, "|x|:  %y = graph.abs(%x) : tensor<4xf32>", False, lower=_te("abs"),
             vjp=lambda b, x, y, dy: b.mul(dy, _sign(b, x)), precision="follow")
@@ -412,6 +418,8 @@ class Cast(Op, name="graph.cast"):
     def reference(self, x: np.ndarray) -> np.ndarray:
         if self.dtype is DType.i1:
             return x != 0
+        if self.dtype.is_unsigned and not np.issubdtype(x.dtype, np.integer) and x.dtype != np.bool_:
+            return _float_to_unsigned(x, self.dtype.np)
         if self.dtype.is_int and np.issubdtype(x.dtype, np.floating):
             x = np.trunc(x)
         return x.astype(self.dtype.np)
@@ -424,6 +432,13 @@ class Cast(Op, name="graph.cast"):
                 return v
             if self.dtype is DType.i1 and not _is_float(v):
                 return tvm.tirx.NE(v, _const(0, v))  # a bare cast to bool would keep only the lowest bit
+            if self.dtype.is_unsigned and _is_float(v):
+                # As the reference: through i64, so that a negative value wraps (LLVM's fptoui of one is poison).
+                w = v.astype("float64")
+                low = w.astype("int64").astype(self.dtype.tvm)
+                if self.dtype is not DType.u64:
+                    return low
+                return tvm.tirx.Select(w >= tvm.tirx.const(2.0**63, "float64"), w.astype("uint64"), low)
             # Float -> bool tests for nonzero (NaN is true); float -> int truncates toward zero.
             return v.astype(self.dtype.tvm)
 
@@ -435,6 +450,17 @@ class Cast(Op, name="graph.cast"):
         if not (t.dtype.is_float and self.dtype.is_float):
             return [None]
         return [b.cast(dys[0], dtype=t.dtype)]
+
+
+def _float_to_unsigned(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Truncated toward zero and wrapped modulo 2^bits, as C's conversion through a 64-bit integer: -1.0 as
+    u8 is 255, as NumPy gives on x86 (a direct float -> unsigned conversion of a negative is undefined in C)."""
+    t = np.trunc(x.astype(np.float64))
+    with np.errstate(invalid="ignore"):
+        low = t.astype(np.int64).astype(dtype)
+        if dtype != np.uint64:
+            return low
+        return np.where(t >= 2.0**63, t.astype(np.uint64), low)
 
 
 # --- binary ---------------------------------------------------------------------------------------
@@ -545,6 +571,8 @@ def _div_te(a, b):
     if _is_float(a):
         return a / b
     zero, one = _const(0, a), _const(1, a)
+    if _dtype(a).startswith("uint"):  # no INT_MIN / -1 to avoid; x / 0 still traps
+        return tvm.tirx.Select(b == zero, zero, tvm.tirx.truncdiv(a, tvm.tirx.Select(b == zero, one, b)))
     # Neither x / 0 nor INT_MIN / -1 may reach the hardware divide, which traps on both.
     safe = tvm.tirx.Select((b == zero) | (b == -one), one, b)
     q = tvm.tirx.truncdiv(a, safe)
@@ -605,6 +633,8 @@ def _lower_pow(self, a, b):
         power = one
         for d in digits:
             power = power * d(*i)
+        if out.dtype.is_unsigned:  # no negative exponents
+            return power
         # A negative exponent: 1 / a^|e| truncates to 0 unless |a| is 1.
         inv = tirx.Select((x == one) | (x == -one), tirx.Select((e & one) == one, x, one), zero)
         return tirx.Select(e < zero, inv, power)
@@ -669,9 +699,14 @@ def _div(a, b):
     if np.issubdtype(a.dtype, np.integer):
         # C-style division truncates toward zero, as compiled code does; x/0 is 0 rather than a trap.
         # Exact integer arithmetic: a float64 detour loses i64 values above 2**53.
-        safe = np.where(b == 0, 1, b)
-        q = np.abs(a) // np.abs(safe)
-        q = np.where((a < 0) != (safe < 0), -q, q)
+        # Floored quotient moved up by one where the signs differ and it is inexact (not |a| // |b|: the
+        # |INT_MIN| of a two's complement type is INT_MIN again); INT_MIN / -1 wraps to INT_MIN, as -a.
+        a, b = np.broadcast_arrays(a, b)
+        minus_one = np.zeros(b.shape, bool) if b.dtype.kind == "u" else b == -1
+        safe = np.where((b == 0) | minus_one, 1, b).astype(b.dtype)
+        q = a // safe
+        q = np.where(((a - q * safe) != 0) & ((a < 0) != (safe < 0)), q + 1, q).astype(a.dtype)
+        q = np.where(minus_one, np.negative(a), q)
         return np.where(b == 0, 0, q).astype(a.dtype)
     return a / b
 

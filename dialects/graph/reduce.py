@@ -101,7 +101,7 @@ class Reduce(Op):
         def finish(*i):
             y = total(*i)
             if mean:  # an integer mean truncates toward zero, as the reference's
-                y = tirx.truncdiv(y, n) if acc.startswith("int") else y / tirx.const(n, acc)
+                y = tirx.truncdiv(y, tirx.const(n, acc)) if "int" in acc else y / tirx.const(n, acc)
             return y.astype(out.dtype.tvm)
 
         return te.compute(out.shape, finish, name=_short(self))
@@ -112,11 +112,12 @@ def _short(op: Op) -> str:
 
 
 def _accumulator(name: str, dtype: DType) -> str:
-    """16-bit floats accumulate in f32 (as the reference, which rounds once); an integer mean in i64."""
+    """16-bit floats accumulate in f32 (as the reference, which rounds once); an integer mean in i64 (u64 for
+    unsigned: an i64 total would wrap negative and truncate the wrong way)."""
     if dtype in (DType.f16, DType.bf16):
         return "float32"
     if name == "graph.reduce_mean" and dtype.is_int:
-        return "int64"
+        return "uint64" if dtype.is_unsigned else "int64"
     return dtype.tvm
 
 
@@ -133,7 +134,7 @@ def _combine(name: str, value, axes: list):
 
 def _sum(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
     # Accumulate in 64 bits; the result is rounded (or wrapped) once to the declared dtype.
-    acc = np.float64 if np.issubdtype(x.dtype, np.floating) else np.int64
+    acc = np.float64 if np.issubdtype(x.dtype, np.floating) else np.uint64 if x.dtype.kind == "u" else np.int64
     return np.sum(x, axis=axes, keepdims=keepdims, dtype=acc)
 
 

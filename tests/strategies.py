@@ -23,14 +23,17 @@ from hypothesis import strategies as st
 
 from compiler.builder import finish, new_func
 from compiler.diagnostics import GCError
-from compiler.ir import DType, Dense, Module, TensorType, Value
+from compiler.ir import Dense, DType, Module, TensorType, Value
 
 F16, BF16, F32, F64, I1, I32, I64 = DType.f16, DType.bf16, DType.f32, DType.f64, DType.i1, DType.i32, DType.i64
 INT64_MAX = 9223372036854775807
 
 UNARY_ANY = ["neg", "abs", "relu", "clip"]
-UNARY_FLOAT = ["exp", "tanh", "sigmoid", "erf", "sin", "cos", "softplus", "gelu", "leaky_relu", "elu"]
-UNARY_JUMPY = ["floor", "ceil", "reciprocal"]
+UNARY_FLOAT = ["exp", "tanh", "sigmoid", "erf", "sin", "cos", "softplus", "gelu", "leaky_relu", "elu", "atan", "sinh",
+               "cosh", "asinh"]
+# Poles, or NaN outside a domain: not where a continuous function is needed.
+UNARY_JUMPY = ["floor", "ceil", "reciprocal", "tan", "asin", "acos", "acosh", "atanh"]
+BITWISE = ["bitwise_and", "bitwise_or", "bitwise_xor", "shift_left", "shift_right"]
 POSITIVE_DOMAIN = ["log", "sqrt", "rsqrt", "reciprocal"]
 BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "pow"]
 REDUCE = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min"]
@@ -236,6 +239,18 @@ class _Gen:
             return self.const(TensorType(self.compatible_shape(t.shape), t.dtype))
         return self.new_arg(TensorType(self.compatible_shape(t.shape), t.dtype))
 
+    def g_bitwise(self) -> None:
+        """An integer op: bitwise, or a shift by amounts that may be negative or past the width."""
+        if self.continuous:
+            return
+        x = self.pick(lambda t: t.dtype.is_int, lambda: TensorType(self.shape(), self.choice([I32, I64])))
+        name = self.choice([*BITWISE, "bitwise_not"])
+        if name == "bitwise_not":
+            self.emit(self.b.bitwise_not(x))
+            return
+        y = self.second_operand(x)
+        self.emit(getattr(self.b, name)(*((y, x) if self.chance(30) else (x, y))))
+
     def g_compare(self) -> None:
         if self.continuous:
             return
@@ -397,6 +412,8 @@ class _Gen:
                 self.emit(labels)
         else:
             labels = self.new_arg(TensorType((n,), dt))  # random_inputs keeps labels in [0, c)
+            if self.continuous:  # no integer value for later ops to pick (a concat of labels would jump)
+                self.pool.remove(labels)
         self.emit(self.b.softmax_cross_entropy(logits, labels))
 
     # --- shape ops ----------------------------------------------------------------------------------
@@ -572,12 +589,12 @@ class _Gen:
             self.emit(*new.results)
 
     GENERATORS: list[tuple[str, int]] = [
-        ("g_unary", 8), ("g_positive_domain", 3), ("g_binary", 10), ("g_compare", 3), ("g_cast", 3),
+        ("g_unary", 13), ("g_positive_domain", 3), ("g_binary", 10), ("g_compare", 3), ("g_cast", 3),
         ("g_reduce", 4), ("g_argmax", 1), ("g_matmul", 3), ("g_conv2d", 2), ("g_batch_norm", 1), ("g_pool", 2),
         ("g_layer_norm", 1), ("g_softmax", 2), ("g_lrn", 1), ("g_dropout", 1), ("g_loss", 2),
         ("g_reshape", 3), ("g_transpose", 3), ("g_concat", 2), ("g_split", 2), ("g_slice", 3),
         ("g_broadcast_to", 2), ("g_squeeze", 1), ("g_unsqueeze", 2), ("g_flatten", 1), ("g_pad", 2),
-        ("g_gather", 2), ("g_repeat", 3), ("g_repeat_chain", 2),
+        ("g_gather", 2), ("g_repeat", 3), ("g_repeat_chain", 2), ("g_bitwise", 3),
     ]  # fmt: skip
 
     def step(self) -> None:

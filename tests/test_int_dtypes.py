@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import run_op
+from helpers import infer_error, run_op
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
@@ -147,3 +147,66 @@ def test_ops_compile_as_interpreted(dt) -> None:
 
 def test_a_float_beyond_2_63_casts_to_u64_compiled_as_interpreted() -> None:
     assert_matches(("cast", [np.array([2.0**63, 2.0**64 - 2048, -1.0, 1.5], np.float64)], {"dtype": DType.u64}))
+
+
+# --- bitwise ops and shifts ---------------------------------------------------------------------------
+
+ALL_INTS = [np.int8, np.int16, np.int32, np.int64, np.uint8, np.uint16, np.uint32, np.uint64]
+ALL_IDS = ["i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64"]
+
+
+def _shift_amounts(dt) -> np.ndarray:
+    """Every amount from below 0 (signed) to past the width, where ONNX says 0 (or -1 for x < 0 shifted right)."""
+    bits = np.iinfo(dt).bits
+    lo = 0 if np.iinfo(dt).min == 0 else -3
+    return np.arange(lo, bits + 4).astype(dt)
+
+
+@pytest.mark.parametrize("dt", ALL_INTS, ids=ALL_IDS)
+def test_shifts_follow_onnx_out_of_range_rule(dt) -> None:
+    info = np.iinfo(dt)
+    y = _shift_amounts(dt)
+    for x0 in {info.min, -5 if info.min else 5, 1, info.max}:
+        x = np.full(y.shape, x0, dt)
+        left, right = run_op("shift_left", x, y), run_op("shift_right", x, y)
+        for i, k in enumerate(y.tolist()):
+            inside = 0 <= k < info.bits
+            mask = (1 << info.bits) - 1
+            want_left = ((x0 << k) & mask) if inside else 0
+            if info.min and want_left > info.max:
+                want_left -= 1 << info.bits
+            want_right = (x0 >> k) if inside else (-1 if x0 < 0 else 0)
+            assert left[i] == want_left and right[i] == want_right, (x0, k)
+
+
+@pytest.mark.parametrize("dt", ALL_INTS, ids=ALL_IDS)
+def test_bitwise_ops_are_numpys(dt) -> None:
+    @settings(max_examples=20, deadline=None)
+    @given(_pair(dt))
+    def check(ab) -> None:
+        a, b = ab
+        for name, fn in [("bitwise_and", np.bitwise_and), ("bitwise_or", np.bitwise_or),
+                         ("bitwise_xor", np.bitwise_xor)]:
+            np.testing.assert_array_equal(run_op(name, a, b), fn(a, b), err_msg=name)
+        np.testing.assert_array_equal(run_op("bitwise_not", a), np.invert(a))
+
+    check()
+
+
+@pytest.mark.parametrize("dt", ALL_INTS, ids=ALL_IDS)
+def test_bitwise_ops_and_shifts_compile_as_interpreted(dt) -> None:
+    info = np.iinfo(dt)
+    y = _shift_amounts(dt)
+    x = np.resize(np.array([info.min, info.max, 1, 6, 0, info.max // 3], dt), y.shape)
+    names = ["bitwise_and", "bitwise_or", "bitwise_xor", "shift_left", "shift_right"]
+    # A broadcast operand too: one shift amount for a row.
+    assert_matches(*[(n, [x, y], {}) for n in names], ("bitwise_not", [x], {}),
+                   ("shift_left", [x.reshape(-1, 1), y[:3]], {}), ("shift_right", [x.reshape(-1, 1), y[:3]], {}))
+
+
+@pytest.mark.parametrize("name", ["bitwise_and", "shift_left", "shift_right"])
+def test_bitwise_ops_take_integers_only(name: str) -> None:
+    assert infer_error(name, "tensor<4xf32>", "tensor<4xf32>").endswith("operand must be an integer tensor, got tensor<4xf32>")
+    assert infer_error(name, "tensor<4xi1>", "tensor<4xi1>").endswith("operand must be an integer tensor, got tensor<4xi1>")
+    assert infer_error(name, "tensor<4xu8>", "tensor<4xi8>").endswith("operand dtypes differ: u8 vs i8")
+    assert infer_error("bitwise_not", "tensor<4xf16>").endswith("operand must be an integer tensor, got tensor<4xf16>")

@@ -10,10 +10,10 @@ import warnings
 import ml_dtypes
 import numpy as np
 import pytest
+from helpers import infer_error, run_op
 
 from compiler.ir import DType, lookup_op
 from dialects.graph import elementwise
-from helpers import infer_error, run_op
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 FLOATS = [np.float32, np.float64, np.float16, BF16]
@@ -97,14 +97,17 @@ def _gelu_tanh(v: float) -> float:
 
 UNARY_NAMES = [
     "neg", "abs", "exp", "log", "sqrt", "rsqrt", "reciprocal", "tanh", "sigmoid", "relu", "erf", "sin", "cos",
-    "floor", "ceil", "softplus", "gelu", "leaky_relu", "elu", "clip",
+    "floor", "ceil", "softplus", "tan", "asin", "acos", "atan", "sinh", "cosh", "asinh", "acosh", "atanh", "gelu",
+    "leaky_relu", "elu", "clip",
 ]  # fmt: skip
 BINARY_NAMES = ["add", "sub", "mul", "div", "pow", "maximum", "minimum"]
 COMPARE_NAMES = ["equal", "less", "greater"]
+# Integers only (tests/test_int_dtypes.py has their values).
+BITWISE_NAMES = ["bitwise_and", "bitwise_or", "bitwise_xor", "shift_left", "shift_right"]
 
 
 def test_elementwise_module_lists_exactly_these_ops() -> None:
-    want = [*UNARY_NAMES, "cast", *BINARY_NAMES, *COMPARE_NAMES, "where"]
+    want = [*UNARY_NAMES, "cast", *BINARY_NAMES, *COMPARE_NAMES, "where", *BITWISE_NAMES, "bitwise_not"]
     assert sorted(op.name for op in elementwise.OPS) == sorted(f"graph.{n}" for n in want)
 
 
@@ -113,12 +116,13 @@ def test_unary_ops_and_cast_are_elementwise(name: str) -> None:
     assert lookup_op(f"graph.{name}").kind == "elementwise"
 
 
-@pytest.mark.parametrize("name", [*BINARY_NAMES, *COMPARE_NAMES, "where"])
+@pytest.mark.parametrize("name", [*BINARY_NAMES, *COMPARE_NAMES, "where", *BITWISE_NAMES])
 def test_binary_compare_and_where_are_broadcast(name: str) -> None:
     assert lookup_op(f"graph.{name}").kind == "broadcast"
 
 
-@pytest.mark.parametrize("name", [*UNARY_NAMES, "cast", *BINARY_NAMES, *COMPARE_NAMES, "where"])
+@pytest.mark.parametrize("name", [*UNARY_NAMES, "cast", *BINARY_NAMES, *COMPARE_NAMES, "where", *BITWISE_NAMES,
+                                  "bitwise_not"])
 def test_each_op_has_a_one_line_gir_docstring(name: str) -> None:
     doc = lookup_op(f"graph.{name}").__doc__
     assert f"graph.{name}(" in doc and " : tensor<" in doc
@@ -129,6 +133,30 @@ def test_each_op_has_a_one_line_gir_docstring(name: str) -> None:
 GENERAL = np.array([[-2.5, -1.0, -0.3, 0.0], [0.4, 1.0, 2.7, 3.5]])
 POSITIVE = np.array([[0.25, 0.5, 1.0], [2.0, 3.0, 9.0]])
 NONZERO = np.array([[-4.0, -0.5, 0.25], [1.0, 3.0, 8.0]])
+# The domains of asin, acos, atanh (ends and outside: inf or NaN) and acosh (below 1: NaN).
+UNIT = np.array([[-1.5, -1.0, -0.7, -0.0], [0.2, 0.9, 1.0, 2.0]])
+ABOVE_ONE = np.array([[0.5, 1.0, 1.25], [2.0, 10.0, 1e4]])
+
+
+def _nan_outside(fn, lo: float, hi: float):
+    """fn inside [lo, hi] (math raises outside, where NumPy and the kernels give NaN)."""
+    return lambda v: fn(v) if lo <= v <= hi else math.nan
+
+
+def _atanh(v: float) -> float:
+    if abs(v) == 1:
+        return math.copysign(math.inf, v)
+    return math.atanh(v) if abs(v) < 1 else math.nan
+
+
+def _overflowing(fn):
+    def f(v: float) -> float:
+        try:
+            return fn(v)
+        except OverflowError:
+            return math.copysign(math.inf, v) if fn is math.sinh else math.inf
+
+    return f
 
 UNARY = {
     "neg": (lambda v: -v, GENERAL, {}),
@@ -147,6 +175,15 @@ UNARY = {
     "floor": (math.floor, GENERAL, {}),
     "ceil": (math.ceil, GENERAL, {}),
     "softplus": (_softplus, GENERAL, {}),
+    "tan": (math.tan, GENERAL, {}),
+    "asin": (_nan_outside(math.asin, -1, 1), UNIT, {}),
+    "acos": (_nan_outside(math.acos, -1, 1), UNIT, {}),
+    "atan": (math.atan, NONZERO, {}),
+    "sinh": (_overflowing(math.sinh), GENERAL, {}),
+    "cosh": (_overflowing(math.cosh), GENERAL, {}),
+    "asinh": (math.asinh, NONZERO, {}),
+    "acosh": (_nan_outside(math.acosh, 1, math.inf), ABOVE_ONE, {}),
+    "atanh": (_atanh, UNIT, {}),
     "gelu": (_gelu, GENERAL, {}),
     "gelu_tanh": (_gelu_tanh, GENERAL, {"approximate": "tanh"}),
     "leaky_relu": (lambda v: v if v >= 0 else 0.01 * v, GENERAL, {}),

@@ -57,7 +57,8 @@ def _axis(n: Node, axis: int, rank: int) -> int:
 
 _UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Softplus": "softplus", "Erf": "erf", "Neg": "neg",
           "Abs": "abs", "Exp": "exp", "Log": "log", "Sqrt": "sqrt", "Reciprocal": "reciprocal", "Floor": "floor",
-          "Ceil": "ceil", "Sin": "sin", "Cos": "cos"}  # fmt: skip
+          "Ceil": "ceil", "Sin": "sin", "Cos": "cos", "Tan": "tan", "Asin": "asin", "Acos": "acos", "Atan": "atan",
+          "Sinh": "sinh", "Cosh": "cosh", "Asinh": "asinh", "Acosh": "acosh", "Atanh": "atanh"}  # fmt: skip
 
 
 @converts(*_UNARY, attrs="consumed_inputs")  # consumed_inputs: opsets 1-5, meaningless since
@@ -191,6 +192,22 @@ def logical(n: Node) -> list:
     if n.op_type == "Or":
         return [n.b.where(a, true, b)]
     return [n.b.equal(n.b.equal(a, b), false)]
+
+
+@converts("BitwiseAnd", "BitwiseOr", "BitwiseXor", "BitwiseNot")
+def bitwise(n: Node) -> list:
+    if n.op_type == "BitwiseNot":
+        return [n.b.bitwise_not(n.x(0))]
+    fn = {"BitwiseAnd": n.b.bitwise_and, "BitwiseOr": n.b.bitwise_or, "BitwiseXor": n.b.bitwise_xor}[n.op_type]
+    return [fn(n.x(0), n.x(1))]
+
+
+@converts("BitShift", attrs="direction")
+def bit_shift(n: Node) -> list:
+    direction = n.attr("direction")
+    if direction not in ("LEFT", "RIGHT"):
+        raise n.error(f"direction must be \"LEFT\" or \"RIGHT\", got {direction!r}")
+    return [(n.b.shift_left if direction == "LEFT" else n.b.shift_right)(n.x(0), n.x(1))]
 
 
 def _all_false(n: Node, like: Value) -> Value:

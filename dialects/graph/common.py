@@ -58,6 +58,11 @@ def require_numeric(op: Op, t: TensorType, what: str = "operand") -> None:
         raise op.error(f"{what} must be numeric, got {t}")
 
 
+def require_int(op: Op, t: TensorType, what: str = "operand") -> None:
+    if not t.dtype.is_int:
+        raise op.error(f"{what} must be an integer tensor, got {t}")
+
+
 def require_rank(op: Op, t: TensorType, rank: int, what: str = "operand") -> None:
     if t.rank != rank:
         raise op.error(f"{what} must have rank {rank}, got {t}")

@@ -17,6 +17,7 @@ from dialects.graph.common import (
     is_constant,
     isnan,
     require_float,
+    require_int,
     require_numeric,
     same_dtype,
     same_type,
@@ -133,6 +134,7 @@ class Unary(Op):
     x = operand()
     floats_only = True
     positive_domain = False
+    domain: tuple[float, float] | None = None  # where random inputs are drawn, if not everywhere
 
     def infer(self, x: TensorType) -> TensorType:
         (require_float if self.floats_only else require_numeric)(self, x)
@@ -145,20 +147,20 @@ class Unary(Op):
         return self.result.type.size
 
     def input_range(self, index: int) -> tuple[float, float] | None:
-        """Random inputs for log/sqrt/rsqrt stay inside their domain."""
-        return (0.5, 2.0) if self.positive_domain else None
+        """Random inputs for log/sqrt/rsqrt (asin, acosh, ...) stay inside their domain."""
+        return self.domain or ((0.5, 2.0) if self.positive_domain else None)
 
     def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
         return [self.vjp(b, self.x, self.result, dys[0])]
 
 
 def unary(name: str, fn, doc: str, floats_only: bool = True, positive: bool = False, lower=None, vjp=None,
-          **policies) -> type[Op]:
+          domain: tuple[float, float] | None = None, **policies) -> type[Op]:
     """`vjp(b, x, y, dy)` is the gradient rule: the gradient with respect to x (None: zero). `policies`:
     class attributes passes ask the op for (`precision`, ...; see compiler/ir.py's Op)."""
     extra = {"lower": lower} if lower is not None else {}
     return _define(Unary, name, fn, doc, floats_only=floats_only, positive_domain=positive, vjp=staticmethod(vjp),
-                   **extra, **policies)
+                   domain=domain, **extra, **policies)
 
 
 # --- gradient rules of the unary ops: vjp(b, x, y, dy) with y the op's result; PyTorch's values at kinks ----
@@ -267,6 +269,67 @@ Ceil = unary("graph.ceil", np.ceil, "round up:  %y = graph.ceil(%x) : tensor<4xf
              vjp=lambda b, x, y, dy: None, precision="follow")
 Softplus = unary("graph.softplus", lambda x: np.logaddexp(0, x), "log(1+e^x):  %y = graph.softplus(%x) : tensor<4xf32>",
                  lower=_lower(_softplus), vjp=lambda b, x, y, dy: b.mul(dy, b.sigmoid(x)), precision="f32")
+
+
+# Inverse trigonometric and hyperbolic functions: TVM's own (libm's on the CPU), gradients as PyTorch's.
+def _rsqrt_of(b: Builder, x: Value, sign: float) -> Value:
+    """1 / sqrt(1 + sign * x^2) for sign = -1 (asin, acos) or 1 (asinh)."""
+    return b.rsqrt(b.add(scalar(b, 1, x), b.mul(scalar(b, sign, x), b.mul(x, x))))
+
+
+Tan = unary("graph.tan", np.tan, "tangent:  %y = graph.tan(%x) : tensor<4xf32>", lower=_te("tan"),
+            vjp=lambda b, x, y, dy: b.mul(dy, b.add(scalar(b, 1, y), b.mul(y, y))), domain=(-1.2, 1.2),
+            precision="f32")
+Asin = unary("graph.asin", np.arcsin, "arcsine:  %y = graph.asin(%x) : tensor<4xf32>", lower=_te("asin"),
+             vjp=lambda b, x, y, dy: b.mul(dy, _rsqrt_of(b, x, -1)), domain=(-0.9, 0.9), precision="f32")
+Acos = unary("graph.acos", np.arccos, "arccosine:  %y = graph.acos(%x) : tensor<4xf32>", lower=_te("acos"),
+             vjp=lambda b, x, y, dy: b.neg(b.mul(dy, _rsqrt_of(b, x, -1))), domain=(-0.9, 0.9), precision="f32")
+Atan = unary("graph.atan", np.arctan, "arctangent:  %y = graph.atan(%x) : tensor<4xf32>", lower=_te("atan"),
+             vjp=lambda b, x, y, dy: b.div(dy, b.add(scalar(b, 1, x), b.mul(x, x))), precision="f32")
+def _half_exp(a):
+    """e^a / 2 for a large a, as (e^(a/2) / 2) * e^(a/2): finite wherever the result is (e^a alone overflows
+    first), and no rounded ln 2 subtracted from a."""
+    from tvm import te
+
+    h = te.exp(a * _const(0.5, a))
+    return (h * _const(0.5, a)) * h
+
+
+def _sinh(x):
+    import tvm
+    from tvm import te
+
+    # TVM's LLVM codegen has no vector sinh/cosh. Near 0, E + E/(E + 1) with E = e^x - 1 (no cancellation, and
+    # -0.0 stays -0.0); past 20, e^-|x| is below the last bit of e^|x|.
+    a = tvm.tirx.abs(x)
+    e = _expm1(x)
+    u = te.exp(a)
+    one, half = _const(1, x), _const(0.5, x)
+    r = tvm.tirx.Select(a < _const(20, x), half * (u - one / u), _half_exp(a))
+    return tvm.tirx.Select(a < one, half * (e + e / (e + one)), tvm.tirx.Select(x < _const(0, x), -r, r))
+
+
+def _cosh(x):
+    import tvm
+    from tvm import te
+
+    a = tvm.tirx.abs(x)
+    u = te.exp(a)
+    return tvm.tirx.Select(a < _const(20, x), _const(0.5, x) * (u + _const(1, x) / u), _half_exp(a))
+
+
+Sinh = unary("graph.sinh", np.sinh, "hyperbolic sine:  %y = graph.sinh(%x) : tensor<4xf32>", lower=_lower(_sinh),
+             vjp=lambda b, x, y, dy: b.mul(dy, b.cosh(x)), precision="f32")
+Cosh = unary("graph.cosh", np.cosh, "hyperbolic cosine:  %y = graph.cosh(%x) : tensor<4xf32>", lower=_lower(_cosh),
+             vjp=lambda b, x, y, dy: b.mul(dy, b.sinh(x)), precision="f32")
+Asinh = unary("graph.asinh", np.arcsinh, "inverse hyperbolic sine:  %y = graph.asinh(%x) : tensor<4xf32>",
+              lower=_te("asinh"), vjp=lambda b, x, y, dy: b.mul(dy, _rsqrt_of(b, x, 1)), precision="f32")
+Acosh = unary("graph.acosh", np.arccosh, "inverse hyperbolic cosine:  %y = graph.acosh(%x) : tensor<4xf32>",
+              lower=_te("acosh"), domain=(1.1, 3.0), precision="f32",
+              vjp=lambda b, x, y, dy: b.mul(dy, b.rsqrt(b.sub(b.mul(x, x), scalar(b, 1, x)))))
+Atanh = unary("graph.atanh", np.arctanh, "inverse hyperbolic tangent:  %y = graph.atanh(%x) : tensor<4xf32>",
+              lower=_te("atanh"), domain=(-0.9, 0.9), precision="f32",
+              vjp=lambda b, x, y, dy: b.div(dy, b.sub(scalar(b, 1, x), b.mul(x, x))))
 
 
 class Gelu(Unary, name="graph.gelu"):
@@ -747,6 +810,88 @@ Greater = binary("graph.greater", np.greater, "a > b:  %z = graph.greater(%x, %y
                  lower=_compare("GT"), precision="follow")
 
 
+# --- bitwise ops and shifts: integers only, no gradient -------------------------------------------------
+
+
+class IntBinary(Binary):
+    """Base of the bitwise binary ops and the shifts: two integer operands of one dtype."""
+
+    def infer(self, a: TensorType, b: TensorType) -> TensorType:
+        dtype = same_dtype(self, a, b)
+        require_int(self, a)
+        return TensorType(broadcast_shapes(self, a.shape, b.shape), dtype)
+
+
+def _bitwise(name: str, fn, doc: str, expr, commutative: bool = True) -> type[Op]:
+    return _define(IntBinary, name, fn, doc, vjp=None, lower=_lower(expr), precision="follow",
+                   commutative=commutative)
+
+
+def _shift_in_range(x, y):
+    """0 <= y < the width of x's type. The width is 2^k: y >> k == 0 holds for exactly those y of an unsigned
+    y (TVM's simplifier turns `y < 32` of a u32 into a subtraction that underflows, and fails)."""
+    import tvm
+
+    bits = int(tvm.DataType(_dtype(x)).bits)
+    if _dtype(y).startswith("uint"):
+        return (y >> _const(bits.bit_length() - 1, y)) == _const(0, y)
+    return (y >= _const(0, y)) & (y < _const(bits, y))
+
+
+def _shift_left(x, y):
+    import tvm
+
+    # A shift by a negative amount or by the width or more is 0, as NumPy's and ONNX's (LLVM's shl is poison
+    # there): the amount is made safe before the shift, the result chosen after it.
+    ok = _shift_in_range(x, y)
+    return tvm.tirx.Select(ok, x << tvm.tirx.Select(ok, y, _const(0, y)), _const(0, x))
+
+
+def _shift_right(x, y):
+    import tvm
+
+    # Arithmetic for signed types (TIR's >> on a signed int is LLVM's ashr). Out of range: the sign alone,
+    # -1 for a negative x and 0 otherwise.
+    ok = _shift_in_range(x, y)
+    fill = _const(0, x) if _dtype(x).startswith("uint") else tvm.tirx.Select(x < _const(0, x), _const(-1, x), _const(0, x))
+    return tvm.tirx.Select(ok, x >> tvm.tirx.Select(ok, y, _const(0, y)), fill)
+
+
+BitwiseAnd = _bitwise("graph.bitwise_and", np.bitwise_and, "a & b:  %z = graph.bitwise_and(%x, %y) : tensor<4xi32>",
+                      lambda a, b: a & b)
+BitwiseOr = _bitwise("graph.bitwise_or", np.bitwise_or, "a | b:  %z = graph.bitwise_or(%x, %y) : tensor<4xi32>",
+                     lambda a, b: a | b)
+BitwiseXor = _bitwise("graph.bitwise_xor", np.bitwise_xor, "a ^ b:  %z = graph.bitwise_xor(%x, %y) : tensor<4xi32>",
+                      lambda a, b: a ^ b)
+# NumPy's shifts already give 0 (or -1) for amounts out of [0, width): that is the semantics.
+ShiftLeft = _bitwise("graph.shift_left", np.left_shift,
+                     "a << b, 0 where b < 0 or b >= the width:  %z = graph.shift_left(%x, %y) : tensor<4xu8>",
+                     _shift_left, commutative=False)
+ShiftRight = _bitwise("graph.shift_right", np.right_shift,
+                      "a >> b (arithmetic for signed types):  %z = graph.shift_right(%x, %y) : tensor<4xu8>",
+                      _shift_right, commutative=False)
+
+
+class BitwiseNot(Unary, name="graph.bitwise_not"):
+    """~x, every bit flipped:  %y = graph.bitwise_not(%x) : tensor<4xi32>"""
+
+    precision = "follow"
+    floats_only = False
+
+    def infer(self, x: TensorType) -> TensorType:
+        require_int(self, x)
+        return x
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        return np.invert(x)
+
+    def lower(self, x):
+        return _compute(self, [x], lambda v: ~v)
+
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        return [None]
+
+
 class Where(Op, name="graph.where"):
     """cond ? a : b, broadcasting all three:  %z = graph.where(%c, %x, %y) : tensor<4xf32>"""
     precision = "follow"
@@ -782,6 +927,8 @@ class Where(Op, name="graph.where"):
 
 OPS = [
     Neg, Abs, Exp, Log, Sqrt, Rsqrt, Reciprocal, Tanh, Sigmoid, Relu, Erf, Sin, Cos, Floor, Ceil, Softplus,
+    Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh,
     Gelu, LeakyRelu, Elu, Clip, Cast,
     Add, Sub, Mul, Div, Pow, Maximum, Minimum, Equal, Less, Greater, Where,
+    BitwiseAnd, BitwiseOr, BitwiseXor, BitwiseNot, ShiftLeft, ShiftRight,
 ]  # fmt: skip

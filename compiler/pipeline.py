@@ -37,8 +37,9 @@ PIPELINES = {
     # weights are bound (constants) it folds away completely, so -O2 folds only constant weights.
     "O2": "canonicalize,fold-constants,cse,fold-batch-norm{weight-args=false},canonicalize,cse,dce,fuse",
     "compile-cuda": _COMPILE,
-    # The CPU's conv rule tiles output channels in vectors: a conv of 58 channels computes 64 (pad-channels).
-    "compile-llvm": _COMPILE.replace(",dce,fuse", ",pad-channels,dce,fuse"),
+    # The CPU's conv rule tiles output channels in vectors: a conv of 58 channels computes 64 (pad-channels);
+    # 3x3 stride-1 convs of bound weights run as Winograd transforms around a batched matmul.
+    "compile-llvm": _COMPILE.replace(",dce,fuse", ",pad-channels,winograd,dce,fuse"),
 }
 OPT_LEVELS = ("O0", "O1", "O2")
 NAMED_PIPELINES = {level: PIPELINES[level] for level in OPT_LEVELS}  # what -O names

@@ -341,6 +341,19 @@ class _Gen:
             y = self.batch_norm(y, constant=True)
         self.emit(y)
 
+    def g_winograd(self) -> None:
+        """A 3x3 convolution as Winograd's transforms around a batched matmul (what the CPU build writes)."""
+        x = self.float_value(4, 4)
+        n, c, h, w = x.type.shape
+        dt, m = x.type.dtype, self.choice([2, 3, 4])
+        pad = [self.int(1, 2), self.int(1, 2), self.int(0, 1), self.int(0, 1)]
+        v = self.b.winograd_input(x, tile=m, padding=pad)
+        o = self.int(1, 3)
+        mt = self.b.matmul(v, self.const(TensorType((v.type.shape[0], c, o), dt), "dense"))
+        bias = [self.operand(TensorType((o,), dt))] if self.chance(50) else []
+        size = [h + pad[0] + pad[2] - 2, w + pad[1] + pad[3] - 2]
+        self.emit(self.b.winograd_output(mt, *bias, tile=m, size=size))
+
     def batch_norm(self, x: Value, constant: bool) -> Value:
         c, dt = x.type.shape[1], x.type.dtype
         t = TensorType((c,), dt)
@@ -590,7 +603,7 @@ class _Gen:
 
     GENERATORS: list[tuple[str, int]] = [
         ("g_unary", 13), ("g_positive_domain", 3), ("g_binary", 10), ("g_compare", 3), ("g_cast", 3),
-        ("g_reduce", 4), ("g_argmax", 1), ("g_matmul", 3), ("g_conv2d", 2), ("g_batch_norm", 1), ("g_pool", 2),
+        ("g_reduce", 4), ("g_argmax", 1), ("g_matmul", 3), ("g_conv2d", 2), ("g_winograd", 1), ("g_batch_norm", 1), ("g_pool", 2),
         ("g_layer_norm", 1), ("g_softmax", 2), ("g_lrn", 1), ("g_dropout", 1), ("g_loss", 2),
         ("g_reshape", 3), ("g_transpose", 3), ("g_concat", 2), ("g_split", 2), ("g_slice", 3),
         ("g_broadcast_to", 2), ("g_squeeze", 1), ("g_unsqueeze", 2), ("g_flatten", 1), ("g_pad", 2),

@@ -161,6 +161,11 @@ CASES = [
     ("gather", ["2x5x3xf64", "4xi32"], {"axis": -2}),
     ("softmax_cross_entropy", ["4x5xf64", "4xi64"], {}),
     ("mse_loss", ["3x4xf64", "3x4xf64"], {}),
+    # Winograd's transforms: tiles that overlap (input) and are cropped (both); a bias.
+    ("winograd_input", ["1x2x5x6xf64"], {"tile": 2, "padding": [1, 0, 2, 1]}),
+    ("winograd_input", ["2x1x4x4xf64"], {"tile": 3, "padding": [1, 1, 1, 1]}),
+    ("winograd_output", ["16x8x3xf64", "3xf64"], {"tile": 2, "size": [3, 7]}),
+    ("winograd_output", ["25x2x2xf64"], {"tile": 3, "size": [4, 3]}),
 ]  # fmt: skip
 
 

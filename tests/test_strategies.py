@@ -36,7 +36,7 @@ def sample(n: int, **kwargs) -> list[Module]:
 
 @pytest.fixture(scope="module")
 def modules_sample() -> list[Module]:
-    return sample(200)
+    return sample(400)  # (as the op set grows, more modules to see most of it)
 
 
 @RANDOM

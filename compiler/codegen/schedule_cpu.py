@@ -16,7 +16,7 @@ import numpy as np
 from tvm import s_tir, tirx
 from tvm.ir.expr import TensorLoad
 
-from compiler.codegen.cpu_rules import conv2d, depthwise, matmul, pool, reduction, rewrite
+from compiler.codegen.cpu_rules import conv2d, depthwise, matmul, pool, reduction, rewrite, winograd
 from compiler.codegen.cpu_rules.common import Context, extent, lanes
 from compiler.codegen.layout import Blocked
 from compiler.codegen.sblocks import (
@@ -35,9 +35,10 @@ from compiler.diagnostics import GCError
 VECTOR = 16  # f32 lanes of two AVX2 registers; LLVM splits wider vectors as needed
 
 RULES = {
-    "out-elementwise-fusable": [("matmul", matmul.apply), ("conv2d", conv2d.apply), ("depthwise", depthwise.apply),
+    "out-elementwise-fusable": [("winograd", winograd.apply_output), ("matmul", matmul.apply), ("conv2d", conv2d.apply), ("depthwise", depthwise.apply),
                                 ("pool", pool.apply), ("planes", reduction.apply_planes), ("rows", reduction.apply)],
     "reduction": [("planes", reduction.apply_planes), ("rows", reduction.apply), ("columns", reduction.apply_columns)],
+    "opaque": [("winograd", winograd.apply_input)],
 }
 
 

@@ -44,8 +44,9 @@ def weights(w: np.ndarray, m: int) -> np.ndarray:
     """U [T, C, O] = G g G^T of each 3x3 filter g of OIHW weights w, in w's dtype (computed in float64)."""
     g = matrices(m)[2]
     o, c = w.shape[:2]
-    u = np.einsum("ea,fb,ocab->efco", g, g, w.astype(np.float64))
-    return u.reshape((m + 2) ** 2, c, o).astype(w.dtype)
+    gg = np.einsum("ea,fb->efab", g, g).reshape((m + 2) ** 2, 9)
+    u = w.astype(np.float64).reshape(o * c, 9) @ gg.T  # one matmul (einsum over all six indices took 0.6 s)
+    return np.ascontiguousarray(u.T.reshape((m + 2) ** 2, o, c).transpose(0, 2, 1)).astype(w.dtype)
 
 
 def tiles(size: int, m: int) -> int:

@@ -575,6 +575,14 @@ CASES = [
     case("Cast-int16-to-uint16-and-back", [node("Cast", ["a"], ["u"], to=TensorProto.UINT16),
                                            node("Cast", ["u"], ["y"], to=TensorProto.INT16)],
          {"a": np.int16([-1, -32768, 5])}, outputs=("u", "y")),
+    # first maximum wins (ties), along one axis (opset 13) or of the 2-D view from the axis (before)
+    case("Hardmax", node("Hardmax", ["x"]), {"x": np.float32([[[1, 3, 3], [2, 2, 0]], [[0, 0, 0], [5, 1, 5]]])}),
+    case("Hardmax-axis0", node("Hardmax", ["x"], axis=0), {"x": rand(3, 2, 4)}),
+    case("Hardmax-opset11-2d-view", node("Hardmax", ["x"], axis=1), {"x": rand(2, 3, 4)}, opset=11,
+         expect=lambda x: [np.eye(12, dtype=np.float32)[x.reshape(2, 12).argmax(1)].reshape(x.shape)]),
+    case("BitShift-BitwiseXor-uint16", [node("BitShift", ["a", "b"], ["s"], direction="RIGHT"),
+                                         node("BitwiseXor", ["s", "a"], ["y"])],
+         {"a": np.uint16([65535, 1, 256]), "b": np.uint16([3, 0, 8])}, opset=18),
     case("Shape-start-end", [node("Shape", ["x"], ["s"], start=1, end=-1), node("Cast", ["s"], to=F)], X, opset=15),
     case("Size", [node("Size", ["x"], ["n"]), node("Cast", ["n"], to=F)], X),
     case(

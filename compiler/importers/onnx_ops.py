@@ -821,6 +821,21 @@ def argmax(n: Node) -> list:
     return [n.b.sub(n.constant(np.array(d - 1), DType.i64), n.b.argmax(rev, axis=a, keepdims=keep))]
 
 
+@converts("Hardmax", attrs="axis")
+def hardmax(n: Node) -> list:
+    """1 at the first maximum along the axis, 0 elsewhere: argmax compared with the axis's positions. Before
+    opset 13 the input is seen as 2-D, [dims before axis, dims from axis] (default axis 1)."""
+    x = n.x(0)
+    rank = x.type.rank
+    axis = _axis(n, n.attr("axis", -1 if n.opset >= 13 else 1), rank)
+    y = x if n.opset >= 13 else n.b.flatten(x, axis=axis)
+    a = axis if n.opset >= 13 else 1
+    d = y.type.shape[a]
+    positions = n.constant(np.arange(d).reshape([d if i == a else 1 for i in range(y.type.rank)]), DType.i64)
+    hot = n.b.cast(n.b.equal(n.b.argmax(y, axis=a, keepdims=True), positions), dtype=x.type.dtype)
+    return [hot if n.opset >= 13 else n.b.reshape(hot, shape=x.type.shape)]
+
+
 # --- shapes -----------------------------------------------------------------------------------------------
 
 

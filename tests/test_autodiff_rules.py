@@ -185,13 +185,13 @@ def test_rule_matches_central_differences(name: str, types: list[str], attrs: di
 
 def test_every_differentiable_op_is_checked_against_central_differences() -> None:
     # Comparisons and argmax have integer results: nothing flows back through them (tested below).
+    # The bitwise ops and shifts take and give integers only.
     unchecked = {"graph.call", "graph.constant", "graph.equal", "graph.less", "graph.greater", "graph.argmax",
                  "graph.where", "graph.bitwise_and", "graph.bitwise_or", "graph.bitwise_xor", "graph.bitwise_not",
                  "graph.shift_left", "graph.shift_right"}  # fmt: skip
     checked = {f"graph.{name}" for name, _, _ in CASES}
     missing = sorted(op.name for op in GRAPH.ops if op.name not in checked | unchecked)
     assert not missing, f"no central-difference case for {missing}"
-    # The bitwise ops and shifts take and give integers only.
 
 
 def test_every_op_but_call_has_its_own_rule() -> None:

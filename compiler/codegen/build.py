@@ -3,6 +3,7 @@ stage of compiler/driver.py's compile)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -71,20 +72,20 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     if target == "llvm" and layout.ENABLED:
         blocked = layout.assign(planned, lambda k, proposal: sched(k, proposal)[1])
     funcs = {}
+    built: dict[int, Built] = {}  # id(kernel) ->
     for k in kernels:
         proposal = layout.proposal_of(k, blocked) if blocked else {}
         prim, _, twin = sched(k, proposal)
-        if twin is not None and twin.symbol:
+        if twin is not None:
             # A repeated block (ResNet's bottlenecks, a transformer's layers): the same code on its own
             # weights, built once.
-            k.symbol, k.schedule, k.prepack = twin.symbol, twin.schedule, twin.prepack
+            built[id(k)] = built[id(twin)]
             continue
-        k.symbol = k.name
         prim = prim.with_attr("global_symbol", k.name)
         tags = prim.attrs.get("gc.prepack") if prim.attrs is not None else None
         # Weights the kernel reads in a packed layout are packed here, once, and the artifact carries them.
-        k.prepack = {int(str(n)[1:]): str(t) for n, t in tags.items()} if tags else {}
-        k.schedule = str(prim.attrs["gc.schedule"]) if prim.attrs and "gc.schedule" in prim.attrs else "none"
+        built[id(k)] = Built(k.name, str(prim.attrs["gc.schedule"]) if prim.attrs and "gc.schedule" in prim.attrs
+                             else "none", {int(str(n)[1:]): str(t) for n, t in tags.items()} if tags else {})
         sched.owner(k, proposal)
         funcs[k.name] = prim
     scheduled = tvm.IRModule(funcs)
@@ -97,7 +98,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
         lib = llvm_pipeline.compile_cpu(scheduled, tgt)  # TVM's lowering, then strided loads as shuffles
     else:
         lib = tvm.compile(scheduled, target=tgt)
-    plan, consts = _plan(planned, blocked)
+    plan, consts = _plan(planned, blocked, built)
     plan.signatures = {name: signature(prim) for name, prim in funcs.items()}
     _check(plan, tgt)
     if file_order_bound is not None:
@@ -109,6 +110,16 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     model.scheduled = scheduled
     model.planned = module
     return model
+
+
+@dataclass(frozen=True)
+class Built:
+    """What the build made of a kernel: the library function its calls run (a structurally equal kernel's,
+    when one was built), the schedule rule used, and the layout tag of each constant read prepacked."""
+
+    symbol: str
+    schedule: str
+    prepack: dict[int, str]
 
 
 class _Scheduler:
@@ -189,7 +200,7 @@ def signature(prim) -> list[list]:
     return out
 
 
-def _plan(planned: Planned, blocked: dict[Value, int]) -> tuple[Plan, dict[str, np.ndarray]]:
+def _plan(planned: Planned, blocked: dict[Value, int], built: dict[int, Built]) -> tuple[Plan, dict[str, np.ndarray]]:
     """The planned entry function as the runtime's plan: buffers (arguments, constants, the arena and its
     views, result buffers) and the steps (kernel calls, copies, stream events) in order. A buffer holding
     channel-blocked tensors (`blocked`: value -> block width) has their 5-D shape, and pads."""
@@ -252,12 +263,11 @@ def _plan(planned: Planned, blocked: dict[Value, int]) -> tuple[Plan, dict[str, 
             k = planned.kernel_of.get(op)
             if k is None:
                 continue  # every output is empty, or every input lies where it would copy it: nothing to run
-            tags = k.prepack
-            inner = [const(c, tags.get(i)) for i, c in enumerate(k.const_ops)]
-            ins = [whole[v] if view == "whole" else slot[v]
-                   for v, view in zip(op.inputs, k.in_views or [None] * len(op.inputs))]
-            steps.append(Step(op.stream, k.symbol, (*ins, *inner, *(slot[v] for v in op.destinations)),
-                              **_describe(k)))
+            b = built[id(k)]
+            inner = [const(c, b.prepack.get(i)) for i, c in enumerate(k.const_ops)]
+            ins = [whole[v] if view == "whole" else slot[v] for v, view in zip(op.inputs, k.in_views)]
+            steps.append(Step(op.stream, b.symbol, (*ins, *inner, *(slot[v] for v in op.destinations)),
+                              **_describe(k, b.schedule)))
         elif isinstance(op, Copy):
             slot[op.result] = slot[op.dest]
             steps.append(Step(op.stream, copy=(slot[op.source], slot[op.dest])))
@@ -273,13 +283,13 @@ def _plan(planned: Planned, blocked: dict[Value, int]) -> tuple[Plan, dict[str, 
     return plan, consts
 
 
-def _describe(k: Kernel) -> dict:
+def _describe(k: Kernel, schedule: str) -> dict:
     """What a profile shows of a kernel: its ops, the schedule rule that won, its cost and where it came from."""
     ops = [op for op in k.ops if op.kind != "constant"]
     loc = next((op.loc for op in ops if op.loc is not None), None)
     return {
         "ops": tuple(op.name.split(".", 1)[-1] for op in ops),
-        "schedule": k.schedule,
+        "schedule": schedule,
         "flops": sum(op_flops(op) for op in ops),
         "bytes": sum(v.type.nbytes for v in (*k.inputs, *k.outputs))
         + sum(c.result.type.nbytes for c in k.const_ops),

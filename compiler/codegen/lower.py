@@ -26,7 +26,6 @@ class Kernel:
     # The kernel function a call runs (its results are the kernel's, whatever op computes them last);
     # None for a single op compiled as a kernel of its own.
     callee: Func | None = None
-    prim_func: object = None
     kind: str = "opaque"  # the anchor's fusion kind: decides the schedule rule
     # The zero border (mem.alloc pads) around each input's and output's storage, or None (compact).
     in_pads: list = field(default_factory=list)
@@ -35,15 +34,17 @@ class Kernel:
     # other tensors use at other times; a bordered buffer of its own is zeroed once, when it is made).
     out_borders: list = field(default_factory=list)
     # How the PrimFunc takes each bordered input: "whole" (a conv reads the padded buffer in place) or
-    # "interior" (a strided view of the tensor itself); None for compact inputs. Set by lower_kernel.
+    # "interior" (a strided view of the tensor itself); None for compact inputs.
     in_views: list = field(default_factory=list)
-    # The constants the kernel reads, in the order of its PrimFunc's c0, c1, ... parameters (lower_kernel).
+    # The constants the kernel reads, in the order of its PrimFunc's c0, c1, ... parameters.
     const_ops: list = field(default_factory=list)
-    # Set by the build: the library function the kernel's calls run (a structurally equal kernel's, when
-    # one was built), the schedule rule used, and the layout tag of each constant read prepacked.
-    symbol: str = ""
-    schedule: str = "none"
-    prepack: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Both follow from the ops and the borders: known once the kernel is, before anything is lowered.
+        self.const_ops = [op for op in self.ops if op.kind == "constant"]
+        pads = self.in_pads + [None] * (len(self.params) - len(self.in_pads))
+        self.in_views = [None if p is None else "whole" if _reads_padded(self.ops, v, p) else "interior"
+                         for v, p in zip(self.params, pads)]
 
 
 @dataclass
@@ -128,16 +129,13 @@ def read(module: Module, entry: str) -> Planned:
             if not callee.attrs.get("kernel"):
                 raise GCError(f"graph.call of @{callee.name}: codegen needs calls inlined or marked kernel", op.loc)
             inputs = op.inputs if isinstance(op, Launch) else list(op.operands)
-            k = Kernel(_unique(callee.name, names), list(callee.ops), list(inputs), list(op.results))
-            k.params = list(callee.args)
-            k.callee = callee
-            k.in_pads = [out.pads.get(v) for v in k.inputs]
-            k.out_pads = [out.pads.get(v) for v in k.outputs]
-            k.out_borders = [v in shared for v in k.outputs]
+            k = Kernel(_unique(callee.name, names), list(callee.ops), list(inputs), list(op.results),
+                       params=list(callee.args), callee=callee, kind=_anchor_kind(callee.ops),
+                       in_pads=[out.pads.get(v) for v in inputs], out_pads=[out.pads.get(v) for v in op.results],
+                       out_borders=[v in shared for v in op.results])
         else:
-            k = Kernel(_unique(op.name.split(".")[-1], names), [op], list(op.operands), list(op.results))
-            k.params = list(op.operands)
-        k.kind = _anchor_kind(k.ops)
+            k = Kernel(_unique(op.name.split(".")[-1], names), [op], list(op.operands), list(op.results),
+                       params=list(op.operands), kind=_anchor_kind([op]))
         if not any(v.type.size > 0 for v in k.outputs):
             continue  # nothing to write
         if isinstance(op, Launch) and launch_copies_nothing(module, op, out.place):
@@ -177,17 +175,14 @@ def lower_kernel(k: Kernel, func: Func | None = None):
     env: dict[Value, object] = {}
     placeholders = []
     whole: set[Value] = set()  # params that arrive padded, as the convs reading them want
-    k.in_views = []
     strides: dict[int, tuple[int, ...]] = {}
-    for i, v in enumerate(k.params):
+    for i, (v, view) in enumerate(zip(k.params, k.in_views)):
         pads = k.in_pads[i] if i < len(k.in_pads) else None
-        view = None if pads is None else "whole" if _reads_padded(k.ops, v, pads) else "interior"
         shape = padded_shape(v.type.shape, pads) if view == "whole" else v.type.shape
         if view == "whole":
             whole.add(v)
         elif view == "interior":
             strides[i] = padded_strides(v.type.shape, pads)
-        k.in_views.append(view)
         t = te.placeholder(shape, v.type.dtype.tvm, name=f"p{i}")
         env[v] = t
         placeholders.append(t)
@@ -209,7 +204,6 @@ def lower_kernel(k: Kernel, func: Func | None = None):
             env[r] = t
     results = _kernel_results(k, func)
     outs = [_materialize(env[v], i, placeholders + [t for _, t in consts]) for i, v in enumerate(results)]
-    k.const_ops = [op for op, _ in consts]
     first_out = len(placeholders) + len(consts)
     borders = {}
     for j, v in enumerate(results):
@@ -226,8 +220,7 @@ def lower_kernel(k: Kernel, func: Func | None = None):
         prim = declare_strides(prim, strides)
     if borders:  # written after scheduling (schedule_cpu.write_borders); part of what makes kernels alike
         prim = prim.with_attr("gc.borders", borders)
-    k.prim_func = prim.with_attr("global_symbol", k.name)
-    return k.prim_func
+    return prim.with_attr("global_symbol", k.name)
 
 
 def _reads_padded(ops: list[Op], v: Value, pads: tuple[int, ...]) -> bool:

@@ -97,13 +97,31 @@ def test_between_convs_the_transforms_take_blocked_and_bordered_tensors_as_they_
     check(model, args, want)
 
 
-def test_tiles_of_two_compile_too() -> None:
+@pytest.mark.parametrize("tile", [2, 3, 5, 6])
+def test_every_tile_size_compiles_on_the_rules(tile: int) -> None:
     from compiler.pipeline import PIPELINES
 
-    pipeline = PIPELINES["compile-llvm"].replace(",winograd", ",winograd{tile=2}")
-    model, args, want = compiled(conv(1, 16, 32, 10), pipeline=pipeline)
+    pipeline = PIPELINES["compile-llvm"].replace(",winograd", f",winograd{{tile={tile},min-tiles=1}}")
+    model, args, want = compiled(conv(2, 16, 32, 11, 13, epilogue="residual"), pipeline=pipeline)
     assert [s.schedule for s in model.plan.steps if s.kernel] == ["winograd", "matmul", "winograd"]
     check(model, args, want)
+
+
+@pytest.mark.parametrize("text", [
+    conv(1, 18, 32, 14),  # input channels no vector divides: one lane at a time, still on the rule
+    conv(1, 32, 58, 14),  # pad-channels widened the conv to 64: the output writes 58 through a slice
+])  # fmt: skip
+def test_channels_no_vector_divides(text: str) -> None:
+    model, args, want = compiled(text)
+    assert [s.schedule for s in model.plan.steps if s.kernel] == ["winograd", "matmul", "winograd"]
+    check(model, args, want)
+
+
+def test_a_tile_size_without_points_is_refused() -> None:
+    from compiler.diagnostics import GCError
+
+    with pytest.raises(GCError, match="tile must be one of"):
+        run_pipeline(parse(conv(1, 16, 16, 16)), "winograd{tile=7}")
 
 
 @pytest.mark.parametrize("text", [

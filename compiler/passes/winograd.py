@@ -17,6 +17,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from compiler.builder import Builder
+from compiler.diagnostics import GCError
 from compiler.ir import DType, Module, Value
 from compiler.passes import Pass
 from compiler.rewrite import rewrite
@@ -32,6 +33,10 @@ class Winograd(Pass):
     tile: int = field(default=4, metadata={"help": "outputs per tile side, m (2 to 6)"})
     min_tiles: int = field(default=16, metadata={"help": "convs with fewer output tiles are left alone"})
     min_channels: int = field(default=16, metadata={"help": "convs with fewer input or output channels are left alone"})
+
+    def __post_init__(self) -> None:
+        if self.tile not in wg.TILES:
+            raise GCError(f"pass 'winograd': tile must be one of {list(wg.TILES)}, got {self.tile}")
 
     def run(self, module: Module) -> None:
         done: Counter = Counter()

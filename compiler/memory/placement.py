@@ -106,9 +106,11 @@ def _best_fit(order: list[Block], align: int, conflict: Callable[[Block, Block],
         best_off, best_gap, prev = None, None, 0
         for lo, hi in busy:
             gap = lo - prev
-            off = _skewed(prev, partners, align)
-            if off + need <= lo and (best_gap is None or gap < best_gap):
-                best_off, best_gap = off, gap
+            # (the skew is looked for only in a gap that could take the block and beat the best so far)
+            if gap >= need and (best_gap is None or gap < best_gap):
+                off = _skewed(prev, partners, align)
+                if off + need <= lo:
+                    best_off, best_gap = off, gap
             prev = max(prev, hi)
         off = _skewed(prev, partners, align) if best_off is None else best_off
         placed.append((off, need, b))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import calls_on_nan_arena
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
@@ -42,19 +43,6 @@ def _planned(text: str, borders: bool = True, arena: bool = False):
     flag = "true" if borders else "false"
     run_pipeline(m, f"fuse,schedule,plan-memory{{conv-borders={flag},borders-in-arena={'true' if arena else 'false'}}}")
     return m
-
-
-def _calls(model, args: list | dict, want: np.ndarray, n: int = 3, rtol: float = 1e-4, atol: float = 1e-5) -> None:
-    """`n` calls, each after the first on an arena of 0xFF bytes (NaN as f32): what a kernel reads must
-    have been written in this call, borders included."""
-    for i in range(n):
-        if i:
-            for ws in model._idle:
-                for b, buf in zip(model.plan.buffers, ws.bufs):
-                    if b.kind == "arena":
-                        np.from_dlpack(buf).view(np.uint8)[:] = 0xFF
-        got = model(**args)[0] if isinstance(args, dict) else model(*args)[0]
-        np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
 
 
 def test_plan_gives_conv_inputs_zero_borders_and_still_computes_the_same() -> None:
@@ -122,7 +110,7 @@ def test_compiled_cpu_code_reads_bordered_inputs_whole_or_strided(params: bool, 
     assert any("whole" in v for v in views.values())  # conv %b pads nothing: it reads %r's buffer whole
     assert sum("bordered" in v for v in views.values()) >= 3  # the producers and the other readers: interiors
     args = [inputs["x"]] if params else [inputs[a.name] for a in src["main"].args]
-    _calls(model, args, want)  # every call writes the borders it reads
+    calls_on_nan_arena(model, args, want)  # every call writes the borders it reads
     path = tmp_path / "net.gcpkg"
     model.save(path)
     np.testing.assert_allclose(compiler.load(path)(*args)[0], want, rtol=1e-4, atol=1e-5)
@@ -158,7 +146,7 @@ def test_same_shaped_bordered_tensors_share_a_buffer_when_their_lifetimes_do_not
     shared = plan_stats(_planned(chain, arena=True)["main"], 64)
     assert shared["arena_bytes"] <= 1.05 * shared["lower_bound_bytes"]
     assert shared["arena_bytes"] < s["arena_bytes"]
-    _calls(compiler.compile(chain, "llvm"), inputs, run(src, inputs)[0])
+    calls_on_nan_arena(compiler.compile(chain, "llvm"), inputs, run(src, inputs)[0])
 
 
 def test_the_plan_checker_sees_a_bordered_buffer_written_while_its_tensor_is_read() -> None:
@@ -220,7 +208,7 @@ def test_random_conv_chains_compute_the_same_with_borders(text: str) -> None:
         event(f"{'in the arena' if arena else 'own buffers'}: "
               f"{'bordered' if 'pads' in print_module(planned) else 'borders dropped'}")
         np.testing.assert_allclose(run(planned, inputs)[0], want, rtol=1e-4, atol=1e-4)
-    _calls(compiler.compile(text, "llvm"), inputs, want, rtol=1e-3, atol=1e-3)
+    calls_on_nan_arena(compiler.compile(text, "llvm"), inputs, want, rtol=1e-3, atol=1e-3)
 
 
 # A residual block: %o = relu(conv(relu(conv(%a))) + %a) may take %a's bordered buffer, border and all,
@@ -255,4 +243,4 @@ def test_a_residual_blocks_output_takes_its_inputs_bordered_buffer(nxt: str) -> 
     assert dest[writer_of_o].kind == dest[writer_of_a].kind == "bordered"
     assert (dest[writer_of_a].offset, dest[writer_of_a].pads) == (dest[writer_of_o].offset,
                                                                         dest[writer_of_o].pads)
-    _calls(model, inputs, want)  # %o's kernel writes the border too (zeros over zeros)
+    calls_on_nan_arena(model, inputs, want)  # %o's kernel writes the border too (zeros over zeros)

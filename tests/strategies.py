@@ -36,7 +36,7 @@ UNARY_JUMPY = ["floor", "ceil", "reciprocal", "tan", "asin", "acos", "acosh", "a
 BITWISE = ["bitwise_and", "bitwise_or", "bitwise_xor", "shift_left", "shift_right"]
 POSITIVE_DOMAIN = ["log", "sqrt", "rsqrt", "reciprocal"]
 BINARY = ["add", "sub", "mul", "div", "maximum", "minimum", "pow"]
-REDUCE = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min"]
+REDUCE = ["reduce_sum", "reduce_mean", "reduce_prod", "reduce_max", "reduce_min"]
 
 
 def is_float(t: TensorType) -> bool:

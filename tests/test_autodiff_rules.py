@@ -113,6 +113,7 @@ CASES = [
     ("minimum", ["3x4xf64", "3x4xf64"], {}),
     ("reduce_sum", ["3x4x2xf64"], {"axes": [0, 2]}),
     ("reduce_mean", ["3x4x2xf64"], {"axes": [-1], "keepdims": True}),
+    ("reduce_prod", ["3x4x2xf64"], {"axes": [1]}),
     ("reduce_max", ["3x4x2xf64"], {"axes": [1]}),
     ("reduce_min", ["3x4x2xf64"], {}),
     ("matmul", ["3x4xf64", "4x5xf64"], {}),
@@ -181,6 +182,18 @@ def test_rule_matches_central_differences(name: str, types: list[str], attrs: di
     if name == "pow":  # a positive base, where a real power has a derivative in the exponent
         inputs["a0"] = np.random.default_rng(1).uniform(0.5, 2.0, inputs["a0"].shape)
     assert_gradients_match(module, inputs)
+
+
+def test_reduce_prod_rule_where_rows_hold_zeros() -> None:
+    # Rows with no zero, one zero and two zeros: the product of the others cannot be the product over
+    # the row divided by the element there.
+    module = op_loss("reduce_prod", ["4x3xf64"], {"axes": [1]})
+    x = np.array([[1.5, -2.0, 0.5], [0.0, 3.0, -1.25], [2.0, 0.0, 0.0], [0.0, 0.0, 0.0]])
+    assert_gradients_match(module, {"a0": x})  # which adds @main_grad
+    grad = run(module, {"a0": x}, "main_grad")[1]
+    w = np.random.default_rng(1000).standard_normal(4)  # op_loss's weights of the 4 row products
+    others = [[-1.0, 0.75, -3.0], [-3.75, 0.0, 0.0], [0.0, 0.0, 0.0], [0.0, 0.0, 0.0]]
+    np.testing.assert_allclose(grad, w[:, None] * np.array(others), rtol=1e-12)
 
 
 def test_every_differentiable_op_is_checked_against_central_differences() -> None:
@@ -433,7 +446,7 @@ def test_matmul_rule_over_ranks_and_broadcast_batches(a: list[int], b: list[int]
 @SETTINGS
 @given(
     shape=st.lists(st.integers(1, 3), min_size=1, max_size=3),
-    name=st.sampled_from(["reduce_sum", "reduce_mean", "reduce_max", "reduce_min"]),
+    name=st.sampled_from(["reduce_sum", "reduce_mean", "reduce_prod", "reduce_max", "reduce_min"]),
     data=st.data(),
 )
 def test_reduce_rules_over_axes_and_keepdims(shape: list[int], name: str, data) -> None:

@@ -400,7 +400,7 @@ def test_gather_with_negative_indices_along_any_axis() -> None:
 
 # --- reductions -------------------------------------------------------------------------------------
 
-REDUCE = ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min"]
+REDUCE = ["reduce_sum", "reduce_mean", "reduce_prod", "reduce_max", "reduce_min"]
 
 
 @pytest.mark.parametrize("name", REDUCE)
@@ -512,6 +512,7 @@ EMPTY_CASES = [
     ("gather", [E32, np.array([1], np.int64)], {"axis": 1}),
     ("reduce_sum", [E32], {"axes": [0]}),
     ("reduce_mean", [E32], {"axes": [0]}),
+    ("reduce_prod", [E32], {"axes": [0]}),
     ("reduce_max", [E32], {"axes": [0]}),
     ("reduce_min", [np.zeros((3, 0), np.int32)], {"axes": [1]}),
     ("matmul", [np.zeros((3, 0), np.float32), np.zeros((0, 2), np.float32)], {}),

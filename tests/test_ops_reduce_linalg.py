@@ -54,6 +54,7 @@ def parse_error(text: str) -> GCError:
 REDUCERS = {
     "reduce_sum": sum,
     "reduce_mean": lambda v: sum(v) / len(v),
+    "reduce_prod": math.prod,
     "reduce_max": max,
     "reduce_min": min,
 }
@@ -81,7 +82,7 @@ def test_reduce_f64_is_exact_to_double(name: str) -> None:
 
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64])
-@pytest.mark.parametrize("name", ["reduce_sum", "reduce_max", "reduce_min"])
+@pytest.mark.parametrize("name", ["reduce_sum", "reduce_prod", "reduce_max", "reduce_min"])
 def test_reduce_ints(name: str, dtype) -> None:
     x = np.array([[3, -7, 2], [-1, 8, 0]], dtype=dtype)
     got = run_op(name, x, axes=[-1])
@@ -119,6 +120,7 @@ def test_reduce_of_a_scalar_is_the_scalar() -> None:
 def test_reduce_over_an_empty_axis_gives_the_identity() -> None:
     x = np.zeros((2, 0), dtype=np.float32)
     np.testing.assert_array_equal(run_op("reduce_sum", x, axes=[1]), [0.0, 0.0])
+    np.testing.assert_array_equal(run_op("reduce_prod", x, axes=[1]), [1.0, 1.0])
     np.testing.assert_array_equal(run_op("reduce_max", x, axes=[1]), [-np.inf, -np.inf])
     np.testing.assert_array_equal(run_op("reduce_min", x, axes=[1]), [np.inf, np.inf])
     i = np.zeros((2, 0), dtype=np.int32)
@@ -585,7 +587,7 @@ def test_recursive_call_is_an_error() -> None:
 # --- flops --------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["reduce_sum", "reduce_mean", "reduce_max", "reduce_min", "argmax"])
+@pytest.mark.parametrize("name", ["reduce_sum", "reduce_mean", "reduce_prod", "reduce_max", "reduce_min", "argmax"])
 def test_reduction_flops_count_the_input(name: str) -> None:
     op = first_op(f"func @main(%x: tensor<3x5xf32>) -> tensor<3x5xf32> {{\n  %r = graph.{name}(%x)\n  return %x\n}}\n")
     assert op.flops() == 15

@@ -776,7 +776,7 @@ def identity(n: Node) -> list:
 
 # --- reductions -------------------------------------------------------------------------------------------
 
-_REDUCE = ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare",
+_REDUCE = ["ReduceSum", "ReduceMean", "ReduceProd", "ReduceMax", "ReduceMin", "ReduceL1", "ReduceL2", "ReduceSumSquare",
            "ReduceLogSum", "ReduceLogSumExp"]  # fmt: skip
 
 
@@ -791,7 +791,7 @@ def reduce(n: Node) -> list:
     if axes:
         attrs["axes"] = tuple(axes)
     b, op = n.b, n.op_type
-    if op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"):
+    if op in ("ReduceSum", "ReduceMean", "ReduceProd", "ReduceMax", "ReduceMin"):
         return [getattr(b, "reduce_" + op[6:].lower())(x, **attrs)]
     if op == "ReduceL1":
         return [b.reduce_sum(b.abs(x), **attrs)]

@@ -1,7 +1,7 @@
-"""Reductions: reduce_sum, reduce_mean, reduce_max, reduce_min over a set of axes, and argmax.
+"""Reductions: reduce_sum, reduce_mean, reduce_prod, reduce_max, reduce_min over a set of axes, and argmax.
 
 `axes` absent or `[]` reduces every axis (ONNX's `noop_with_empty_axes = 0`); negative axes count
-from the end. Reducing an empty set gives ONNX's identities: 0 for sum, -inf (or the dtype's least
+from the end. Reducing an empty set gives ONNX's identities: 0 for sum, 1 for prod, -inf (or the dtype's least
 value) for max, +inf (or its greatest) for min, NaN for a float mean.
 """
 
@@ -58,9 +58,11 @@ class Reduce(Op):
         return reshaped(b, y, tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
 
     def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
-        """Sum and mean spread dy evenly; max and min give it to the extremes, split evenly among ties (as
-        PyTorch's amax/amin)."""
+        """Sum and mean spread dy evenly; prod gives each element dy times the product of the others; max and
+        min give it to the extremes, split evenly among ties (as PyTorch's amax/amin)."""
         x, dy = self.x, self.kept(b, dys[0])
+        if isinstance(self, ReduceProd):
+            return [b.mul(dy, _product_of_the_others(b, x, self.reduced_axes(x.type.rank)))]
         if isinstance(self, (ReduceSum, ReduceMean)):
             if isinstance(self, ReduceMean):
                 n = int(np.prod([x.type.shape[a] for a in self.reduced_axes(x.type.rank)], dtype=np.int64))
@@ -129,13 +131,41 @@ def _combine(name: str, value, axes: list):
         return value
     if name in ("graph.reduce_sum", "graph.reduce_mean"):
         return te.sum(value, axis=axes)
+    if name == "graph.reduce_prod":
+        return _product(value, axis=axes)
     return extreme_reducer(str(value.ty), name == "graph.reduce_max")(value, axis=axes)
+
+
+def _product(value, axis: list):
+    from tvm import te, tirx
+
+    return te.comm_reducer(lambda a, v: a * v, lambda t: tirx.const(1, t), name="prod")(value, axis=axis)
+
+
+def _product_of_the_others(b: Builder, x: Value, axes: tuple[int, ...]) -> Value:
+    """For each element of x, the product of the other elements of its row (the reduced axes), without
+    dividing by a zero: with no zero in the row it is the product over x; with one, it is the product of
+    the nonzero ones at the zero and 0 elsewhere; with two or more, 0 everywhere."""
+    zero, one = scalar(b, 0, x), scalar(b, 1, x)
+    is_zero = b.equal(x, zero)
+    zeros = b.reduce_sum(b.cast(is_zero, dtype=x.type.dtype), axes=axes, keepdims=True)
+    nonzero = b.where(is_zero, one, x)
+    p = b.reduce_prod(nonzero, axes=axes, keepdims=True)
+    no_zero = b.where(b.equal(zeros, zero), b.div(p, nonzero), zero)
+    at_the_only_zero = b.where(b.equal(zeros, one), p, zero)
+    return b.where(is_zero, at_the_only_zero, no_zero)
 
 
 def _sum(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
     # Accumulate in 64 bits; the result is rounded (or wrapped) once to the declared dtype.
     acc = np.float64 if np.issubdtype(x.dtype, np.floating) else np.uint64 if x.dtype.kind == "u" else np.int64
     return np.sum(x, axis=axes, keepdims=keepdims, dtype=acc)
+
+
+def _prod(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
+    # As _sum: 64 bits, rounded (or wrapped: a product modulo 2^64 is one modulo 2^n too) once.
+    acc = np.float64 if np.issubdtype(x.dtype, np.floating) else np.uint64 if x.dtype.kind == "u" else np.int64
+    return np.prod(x, axis=axes, keepdims=keepdims, dtype=acc)
 
 
 def _mean(x: np.ndarray, axes: tuple[int, ...], keepdims: bool) -> np.ndarray:
@@ -177,6 +207,13 @@ class ReduceMean(Reduce, name="graph.reduce_mean"):
     precision = "f32"
 
     fn = staticmethod(_mean)
+
+
+class ReduceProd(Reduce, name="graph.reduce_prod"):
+    """Product over axes:  %y = graph.reduce_prod(%x) {axes = [1]} : tensor<4xf32>"""
+    precision = "f32"
+
+    fn = staticmethod(_prod)
 
 
 class ReduceMax(Reduce, name="graph.reduce_max"):
@@ -271,4 +308,4 @@ class Argmax(Op, name="graph.argmax"):
         return self.operands[0].type.size
 
 
-OPS = [ReduceSum, ReduceMean, ReduceMax, ReduceMin, Argmax]
+OPS = [ReduceSum, ReduceMean, ReduceProd, ReduceMax, ReduceMin, Argmax]

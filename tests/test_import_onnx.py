@@ -108,6 +108,17 @@ def lrn(x, size, alpha, beta, bias):
     return out
 
 
+def lp_pool_2d(x, kernel, strides, pads, p, ceil=False):
+    """LpPool by loops over the zero-padded input; a ceil-mode window past the end sums what it covers."""
+    (kh, kw), (sh, sw) = kernel, strides
+    z = np.pad(np.abs(x.astype(np.float64)) ** p, [(0, 0), (0, 0), (pads[0], pads[2]), (pads[1], pads[3])])
+    rnd = math.ceil if ceil else math.floor
+    oh, ow = (rnd((z.shape[a] - k) / s) + 1 for a, k, s in ((2, kh, sh), (3, kw, sw)))
+    y = np.array([[[[z[b, c, i * sh:i * sh + kh, j * sw:j * sw + kw].sum() for j in range(ow)] for i in range(oh)]
+                   for c in range(x.shape[1])] for b in range(x.shape[0])])  # fmt: skip
+    return [(y ** (1 / p)).astype(x.dtype)]
+
+
 def softmax_rows(x, axis: int, log: bool = False):
     """Softmax before opset 13: x as [prod(shape[:axis]), prod(shape[axis:])], normalized along each row."""
     rows = x.reshape(int(np.prod(x.shape[:axis])), -1).astype(np.float64)
@@ -321,6 +332,12 @@ CASES = [
         IMG,
         opset=19,
     ),
+    case("LpPool-p1", node("LpPool", ["x"], kernel_shape=[3, 2], pads=[1, 0, 1, 1], strides=[2, 1], p=1), IMG),
+    case("LpPool-p3", node("LpPool", ["x"], kernel_shape=[2, 2], strides=[2, 2], p=3), IMG, opset=18,
+         expect=lambda x: lp_pool_2d(x, [2, 2], [2, 2], [0, 0, 0, 0], 3)),
+    case("LpPool-ceil", node("LpPool", ["x"], kernel_shape=[3, 3], strides=[2, 2], ceil_mode=1), IMG, opset=18,
+         expect=lambda x: lp_pool_2d(x, [3, 3], [2, 2], [0, 0, 0, 0], 2, ceil=True)),
+    case("LpPool-dilated-1d", node("LpPool", ["x"], kernel_shape=[2], dilations=[3], pads=[1, 2]), SEQ, opset=18),
     case("GlobalAveragePool", node("GlobalAveragePool", ["x"]), IMG),
     case("GlobalAveragePool1d", node("GlobalAveragePool", ["x"]), SEQ),
     case("GlobalMaxPool", node("GlobalMaxPool", ["x"]), IMG),
@@ -655,6 +672,12 @@ def test_scatter_with_indices_computed_at_run_time_is_a_diagnostic() -> None:
     model = make_model([node("ScatterND", ["x", "i", "u"])], {"x": rand(3, 2), "i": ints(0, 1).reshape(2, 1),
                                                               "u": rand(2, 2)}, ["y"])
     with pytest.raises(GCError, match=r"input #1 \(indices\) must be a constant"):
+        import_onnx(model)
+
+
+def test_lp_pool_of_p_below_one_is_a_diagnostic() -> None:
+    model = make_model([node("LpPool", ["x"], kernel_shape=[2, 2], p=0)], IMG, ["y"])
+    with pytest.raises(GCError, match=r"p = 0 is not a norm"):
         import_onnx(model)
 
 

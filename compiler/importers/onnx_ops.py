@@ -589,10 +589,10 @@ def _pool_fill(n: Node, dtype: DType) -> float:
     return -math.inf if dtype.is_float else float(np.iinfo(dtype.np).min)
 
 
-def _pool_by_axes(n: Node, x: Value, kernel, strides, dil, pads, attrs: dict) -> Value:
+def _pool_by_axes(n: Node, x: Value, kernel, strides, dil, pads, attrs: dict, total: bool = False) -> Value:
     """Pooling with dilations (graph's pools have none), one spatial axis at a time: the max or sum over
     the kernel's taps along the axis of the padded input. A box's max and sum are those of its axes in
-    turn, and so is an average's count of the cells it covers."""
+    turn, and so is an average's count of the cells it covers. `total`: the window sums themselves."""
     k, r = len(kernel), x.type.rank
     is_max = n.op_type == "MaxPool"
     for i, (kk, s, d) in enumerate(zip(kernel, strides, dil)):
@@ -614,7 +614,7 @@ def _pool_by_axes(n: Node, x: Value, kernel, strides, dil, pads, attrs: dict) ->
         )
         windows = n.b.gather(x, index, axis=a)
         y = (n.b.reduce_max if is_max else n.b.reduce_sum)(windows, axes=(a,))
-        if not is_max:
+        if not is_max and not total:
             first, last = (-lo, size + hi) if attrs["count_include_pad"] else (0, size)
             cells = np.arange(out)[None, :] * s - lo + np.arange(kk)[:, None] * d  # [taps, out]
             counts = ((first <= cells) & (cells < last)).sum(axis=0)
@@ -622,6 +622,31 @@ def _pool_by_axes(n: Node, x: Value, kernel, strides, dil, pads, attrs: dict) ->
             y = n.b.mul(y, n.constant(inverse, y.type.dtype))
         x = y
     return x
+
+
+@converts("LpPool", attrs="auto_pad ceil_mode dilations kernel_shape p pads strides")
+def lp_pool(n: Node) -> list:
+    """The p-norm of each window, (sum of |x|^p)^(1/p), padding reading zero: the window sums of |x|^p
+    (x^2 for p = 2, |x| for 1), then the p-th root (sqrt for 2)."""
+    x = n.x(0)
+    if not x.type.dtype.is_float:
+        raise n.error(f"X must be a float tensor, got {x.type}")
+    _spatial_rank(n, x)
+    kernel = list(n.attr("kernel_shape"))
+    strides, dil, pads = _window_attrs(n, x, kernel)
+    p = n.attr("p", 2)
+    if p < 1:
+        raise n.error(f"p = {p} is not a norm: gc takes p >= 1")
+    a = n.b.abs(x) if p == 1 else n.b.mul(x, x) if p == 2 else n.b.pow(n.b.abs(x), n.scalar(p, x))
+    ceil = bool(n.attr("ceil_mode", 0))
+    if len(kernel) == 2 and dil == [1, 1] and not ceil:
+        # Without ceil mode every window lies in the padded input: the average counting the padding is
+        # the sum over kh * kw cells.
+        mean = n.b.avg_pool2d(a, kernel=kernel, strides=strides, padding=pads, count_include_pad=True)
+        s = n.b.mul(mean, n.scalar(kernel[0] * kernel[1], x))
+    else:
+        s = _pool_by_axes(n, a, kernel, strides, dil, pads, {"ceil_mode": ceil, "count_include_pad": True}, total=True)
+    return [s if p == 1 else n.b.sqrt(s) if p == 2 else n.b.pow(s, n.scalar(1 / p, x))]
 
 
 @converts("GlobalAveragePool", "GlobalMaxPool")

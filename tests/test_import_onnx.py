@@ -339,6 +339,12 @@ CASES = [
          expect=lambda x: lp_pool_2d(x, [3, 3], [2, 2], [0, 0, 0, 0], 2, ceil=True)),
     case("LpPool-dilated-1d", node("LpPool", ["x"], kernel_shape=[2], dilations=[3], pads=[1, 2]), SEQ, opset=18),
     case("GlobalAveragePool", node("GlobalAveragePool", ["x"]), IMG),
+    # einsum: batched matmuls (with transposes, a letter only one operand has), products with broadcasting
+    *(case(f"Einsum-{eq}", node("Einsum", [f"x{i}" for i in range(len(shapes))], equation=eq),
+           {f"x{i}": rand(*s) for i, s in enumerate(shapes)}, opset=12)
+      for eq, shapes in [("ij,jk", [(3, 4), (4, 5)]), ("bhqd,bhkd->bhqk", [(2, 3, 4, 5), (2, 3, 6, 5)]),
+                         ("ijk,jl->li", [(2, 3, 4), (3, 5)]), ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)]),
+                         ("i,j->ij", [(3,), (4,)]), ("ij->", [(3, 4)]), ("kj,ji->ikj", [(2, 3), (3, 4)])]),
     case("GlobalAveragePool1d", node("GlobalAveragePool", ["x"]), SEQ),
     case("GlobalMaxPool", node("GlobalMaxPool", ["x"]), IMG),
     # normalization
@@ -678,6 +684,14 @@ def test_scatter_with_indices_computed_at_run_time_is_a_diagnostic() -> None:
 def test_lp_pool_of_p_below_one_is_a_diagnostic() -> None:
     model = make_model([node("LpPool", ["x"], kernel_shape=[2, 2], p=0)], IMG, ["y"])
     with pytest.raises(GCError, match=r"p = 0 is not a norm"):
+        import_onnx(model)
+
+
+@pytest.mark.parametrize(("eq", "message"), [("ii->i", "a diagonal"), ("...i->...i", "ellipses"),
+                                             ("ij->ik", "distinct letters of the operands")])
+def test_einsum_equations_gc_does_not_take_are_diagnostics(eq: str, message: str) -> None:
+    model = make_model([node("Einsum", ["x"], equation=eq)], {"x": rand(3, 3)}, ["y"], opset=12)
+    with pytest.raises(GCError, match=message):
         import_onnx(model)
 
 

@@ -861,6 +861,84 @@ def hardmax(n: Node) -> list:
     return [hot if n.opset >= 13 else n.b.reshape(hot, shape=x.type.shape)]
 
 
+@converts("Einsum", attrs="equation")
+def einsum(n: Node) -> list:
+    """Each operand's letters that appear nowhere else are summed first; two operands that share a summed
+    letter are a batched `matmul` ([batch, m, k] @ [batch, k, n] after transposes and reshapes); otherwise the
+    operands, transposed and given size-1 axes for the letters they lack, are multiplied with broadcasting
+    and the remaining letters summed. Repeated letters in one operand (diagonals) and ellipses are diagnostics."""
+    xs = n.xs()
+    terms, out = _einsum_terms(n, str(n.attr("equation")), len(xs))
+    size: dict[str, int] = {}
+    for t, x in zip(terms, xs):
+        if len(t) != x.type.rank:
+            raise n.error(f"the equation's term '{t}' names {len(t)} axes, but its operand is {x.type}")
+        for c, d in zip(t, x.type.shape):
+            if size.setdefault(c, d) != d:
+                raise n.error(f"letter '{c}' stands for sizes {size[c]} and {d}")
+    xs = list(xs)
+    for i, t in enumerate(terms):  # letters only this operand has and the output lacks: sum them now
+        own = [a for a, c in enumerate(t) if c not in out and all(c not in u for j, u in enumerate(terms) if j != i)]
+        if own:
+            xs[i] = n.b.reduce_sum(xs[i], axes=tuple(own))
+            terms[i] = "".join(c for c in t if c not in [t[a] for a in own])
+    summed = [c for c in dict.fromkeys("".join(terms)) if c not in out]
+    if len(xs) == 2 and summed:
+        return [_einsum_matmul(n, xs, terms, out, summed, size)]
+    order = out + "".join(summed)
+    y = None
+    for x, t in zip(xs, terms):
+        mine = [c for c in order if c in t]
+        if mine != list(t):
+            x = n.b.transpose(x, perm=tuple(t.index(c) for c in mine))
+        if len(mine) != len(order):
+            x = n.b.reshape(x, shape=tuple(size[c] if c in t else 1 for c in order))
+        y = x if y is None else n.b.mul(y, x)
+    # Every output letter is some operand's, so the broadcast product has the output's sizes.
+    return [n.b.reduce_sum(y, axes=tuple(range(len(out), len(order)))) if summed else y]
+
+
+def _einsum_terms(n: Node, equation: str, count: int) -> tuple[list[str], str]:
+    eq = equation.replace(" ", "")
+    if "..." in eq:
+        raise n.error(f"equation '{equation}': gc does not take ellipses ('...')")
+    lhs, arrow, out = eq.partition("->")
+    terms = lhs.split(",")
+    if len(terms) != count:
+        raise n.error(f"equation '{equation}' names {len(terms)} operands, the node has {count}")
+    letters = "".join(terms)
+    if not all(c.isascii() and c.isalpha() for c in letters + out):
+        raise n.error(f"equation '{equation}': terms are letters (a-z, A-Z)")
+    for t in terms:
+        if len(set(t)) != len(t):
+            raise n.error(f"equation '{equation}': a letter repeated in one term ('{t}', a diagonal) is not supported")
+    if not arrow:  # implicit output: the letters seen once, in alphabetical order
+        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    if len(set(out)) != len(out) or any(c not in letters for c in out):
+        raise n.error(f"equation '{equation}': the output '{out}' must name distinct letters of the operands")
+    return terms, out
+
+
+def _einsum_matmul(n: Node, xs: list[Value], terms: list[str], out: str, summed: list[str], size: dict) -> Value:
+    """Two operands as [batch, m, k] @ [batch, k, n]: batch letters are in both and the output, m only in the
+    first, n only in the second, k (summed) in both."""
+    (a, ta), (b, tb) = zip(xs, terms)
+    batch = [c for c in out if c in ta and c in tb]
+    m, nn = [c for c in out if c not in tb], [c for c in out if c not in ta]
+    k = summed
+
+    def arranged(x: Value, t: str, groups: list[list[str]]) -> Value:
+        mine = [c for g in groups for c in g]
+        if mine != list(t):
+            x = n.b.transpose(x, perm=tuple(t.index(c) for c in mine))
+        return n.b.reshape(x, shape=tuple(int(np.prod([size[c] for c in g], dtype=np.int64)) for g in groups))
+
+    y = n.b.matmul(arranged(a, ta, [batch, m, k]), arranged(b, tb, [batch, k, nn]))
+    have = batch + m + nn
+    y = n.b.reshape(y, shape=tuple(size[c] for c in have))
+    return y if have == list(out) else n.b.transpose(y, perm=tuple(have.index(c) for c in out))
+
+
 # --- shapes -----------------------------------------------------------------------------------------------
 
 

@@ -232,6 +232,22 @@ def test_matmul_plan_pads_instead_of_predicating() -> None:
     assert p.kp % p.kt == 0 and p.kp >= 1031
 
 
+@pytest.mark.parametrize("m", [196, 49, 200, 197])
+def test_matmul_rows_take_a_tile_that_divides_them_rather_than_padding(m: int) -> None:
+    """Winograd's 196 and 49 tiles: a register tile of a few rows fewer (7 of AVX-512's 8, 4 of AVX2's)
+    that divides M, so that no padded copy of A and C is made per call; 197 has no such divisor."""
+    from tvm import s_tir
+
+    a, b = te.placeholder((36, m, 64), name="a"), te.placeholder((36, 64, 64), name="b")
+    e = matmul.match(s_tir.Schedule(te.create_prim_func([a, b, topi.nn.batch_matmul(a, b, transpose_b=False)])))
+    p = matmul.plan(e)
+    full = matmul.accumulators() // (p.ni // lanes("float32"))
+    assert p.mi <= full and (p.mp == m) == any(m % d == 0 for d in range(full, (full + 1) // 2 - 1, -1))
+    x, y = rand((36, m, 64)), rand((36, 64, 64))
+    got, _ = run([a, b, topi.nn.batch_matmul(a, b, transpose_b=False)], ANCHOR, x, y, constants=("b",))
+    np.testing.assert_allclose(got, x @ y, rtol=1e-4, atol=1e-4)
+
+
 @settings(max_examples=200, deadline=None)
 @given(n=st.integers(1, 5000), inner=st.sampled_from([1, 4, 8, 16, 32]), want=st.sampled_from([32, 64, 128, 256]))
 def test_matmul_split_pads_no_more_inner_tiles_than_one_chunk_count_near_want(n, inner, want) -> None:

@@ -501,7 +501,10 @@ class Cast(Op, name="graph.cast"):
                 low = w.astype("int64").astype(self.dtype.tvm)
                 if self.dtype is not DType.u64:
                     return low
-                return tvm.tirx.Select(w >= tvm.tirx.const(2.0**63, "float64"), w.astype("uint64"), low)
+                # From 2^64 on (and +inf) 0, as the reference says: LLVM's conversion there is undefined.
+                big = tvm.tirx.Select(w >= tvm.tirx.const(2.0**64, "float64"), tvm.tirx.const(0, "uint64"),
+                                      w.astype("uint64"))
+                return tvm.tirx.Select(w >= tvm.tirx.const(2.0**63, "float64"), big, low)
             # Float -> bool tests for nonzero (NaN is true); float -> int truncates toward zero.
             return v.astype(self.dtype.tvm)
 
@@ -523,7 +526,8 @@ def _float_to_unsigned(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
         low = t.astype(np.int64).astype(dtype)
         if dtype != np.uint64:
             return low
-        return np.where(t >= 2.0**63, t.astype(np.uint64), low)
+        high = np.where(t >= 2.0**64, np.uint64(0), t.astype(np.uint64))  # (NumPy's own result there is undefined)
+        return np.where(t >= 2.0**63, high, low)
 
 
 # --- binary ---------------------------------------------------------------------------------------

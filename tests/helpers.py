@@ -105,3 +105,19 @@ def calls_on_nan_arena(model, args: list | dict, want: np.ndarray, n: int = 3, r
                         np.from_dlpack(buf).view(np.uint8)[:] = 0xFF
         got = model(**args)[0] if isinstance(args, dict) else model(*args)[0]
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol)
+
+
+def assert_pass_leaves_alone(text: str, pass_spec: str, stat: str, weights: tuple[str, ...] = ("w", "b")) -> None:
+    """`pass_spec` (one pass) on `text` with the arguments named in `weights` bound as constants changes
+    nothing and counts nothing under `stat`."""
+    from compiler.builder import bind_arguments
+    from compiler.inputs import random_inputs
+    from compiler.pipeline import parse_pipeline, run_pipeline
+
+    module = parse(text)
+    inputs = random_inputs(module["main"], 0, module)
+    bind_arguments(module["main"], {k: inputs[k] for k in weights})
+    before = str(module)
+    (p,) = parse_pipeline(pass_spec)
+    run_pipeline(module, [p])
+    assert str(module) == before and p.stats[stat] == 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers import assert_pass_leaves_alone
 
 import compiler
 from compiler.inputs import random_inputs
@@ -35,15 +36,7 @@ def test_a_conv_of_odd_channels_takes_the_vector_rule_and_writes_only_its_channe
 @pytest.mark.parametrize("text", [conv(12), conv(24), conv(6), conv(10, groups=10)],
                          ids=["multiple-of-4", "a third more", "few", "grouped"])
 def test_what_needs_no_padding_or_cannot_take_it_stays(text: str) -> None:
-    module = parse(text)
-    inputs = random_inputs(module["main"], 0, module)
-    from compiler.builder import bind_arguments
-
-    bind_arguments(module["main"], {"w": inputs["w"], "b": inputs["b"]})
-    before = str(module)
-    (p,) = parse_pipeline("pad-channels")
-    run_pipeline(module, [p])
-    assert str(module) == before and p.stats["convs-padded"] == 0
+    assert_pass_leaves_alone(text, "pad-channels", "convs-padded")
 
 
 def test_weights_passed_per_call_stay() -> None:

@@ -7,10 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from helpers import calls_on_nan_arena
+from helpers import assert_pass_leaves_alone, calls_on_nan_arena
 
 import compiler
-from compiler.builder import bind_arguments
 from compiler.inputs import random_inputs
 from compiler.interpreter import run
 from compiler.parser import parse
@@ -128,13 +127,7 @@ def test_a_tile_size_without_points_is_refused() -> None:
     conv(1, 16, 16, 16).replace("f32", "f64"),
 ], ids=["strided", "dilated", "grouped", "1x1", "rgb", "7x7", "f64"])  # fmt: skip
 def test_what_would_not_pay_or_cannot_be_converted_stays(text: str) -> None:
-    module = parse(text)
-    inputs = random_inputs(module["main"], 0, module)
-    bind_arguments(module["main"], {"w": inputs["w"], "b": inputs["b"]})
-    before = str(module)
-    (p,) = parse_pipeline("winograd")
-    run_pipeline(module, [p])
-    assert str(module) == before and p.stats["convs-converted"] == 0
+    assert_pass_leaves_alone(text, "winograd", "convs-converted")
 
 
 def test_weights_passed_per_call_stay() -> None:

@@ -22,25 +22,14 @@ from compiler.rewrite import rewrite
 from dialects.graph import elementwise, shape
 from dialects.graph.common import same_type
 
-# The casts that keep every value of the source dtype, nan and inf included: i1 fits anywhere, an
-# integer fits a wider integer and a float whose significand holds it, a float fits a wider float.
-_EXACT_CASTS: dict[DType, set[DType]] = {
-    DType.i1: {DType.i8, DType.i16, DType.i32, DType.i64, DType.u8, DType.u16, DType.u32, DType.u64, DType.f16,
-               DType.bf16, DType.f32, DType.f64},
-    DType.i8: {DType.i16, DType.i32, DType.i64, DType.f16, DType.bf16, DType.f32, DType.f64},
-    DType.i16: {DType.i32, DType.i64, DType.f32, DType.f64},
-    DType.i32: {DType.i64, DType.f64},
-    DType.i64: set(),
-    DType.u8: {DType.i16, DType.i32, DType.i64, DType.u16, DType.u32, DType.u64, DType.f16, DType.bf16, DType.f32,
-               DType.f64},
-    DType.u16: {DType.i32, DType.i64, DType.u32, DType.u64, DType.f32, DType.f64},
-    DType.u32: {DType.i64, DType.u64, DType.f64},
-    DType.u64: set(),
-    DType.f16: {DType.f32, DType.f64},
-    DType.bf16: {DType.f32, DType.f64},
-    DType.f32: {DType.f64},
-    DType.f64: set(),
-}
+
+def _exact(src: DType, dst: DType) -> bool:
+    """Whether every value of `src`, nan and inf included, survives a cast to `dst`: i1 fits anywhere, an
+    integer fits a wider integer and a float whose significand holds it, a float fits a wider float. That
+    is NumPy's "safe" casting, but for 64-bit integers, which it calls safe to f64 (2^53 + 1 is not)."""
+    return src != dst and bool(np.can_cast(src.np, dst.np, "safe")) and not (
+        src.is_int and src.itemsize == 8 and dst.is_float)
+
 
 _RESHAPE_LIKE = (shape.Reshape, shape.Squeeze, shape.Unsqueeze, shape.Flatten)
 
@@ -84,7 +73,7 @@ def cast_round_trip(op: elementwise.Cast, b: Builder) -> Value | None:
     if not isinstance(inner, elementwise.Cast):
         return None
     x = inner.x
-    if inner.dtype not in _EXACT_CASTS[x.type.dtype]:
+    if not _exact(x.type.dtype, inner.dtype):
         return None
     return same_type(op, x)
 
@@ -95,7 +84,7 @@ def cast_cast(op: elementwise.Cast, b: Builder) -> Value | None:
     inner = op.x.owner
     if not isinstance(inner, elementwise.Cast):
         return None
-    if inner.dtype not in _EXACT_CASTS[inner.x.type.dtype]:
+    if not _exact(inner.x.type.dtype, inner.dtype):
         return None
     return _fused(b, inner, op).cast(inner.x, dtype=op.dtype)
 

@@ -90,6 +90,10 @@ def _is_float(e) -> bool:
     return _dtype(e).startswith(("float", "bfloat"))
 
 
+def _is_unsigned(e) -> bool:
+    return _dtype(e).startswith("uint")
+
+
 def _fmax(a, b):
     """max that propagates NaN from either side, as np.maximum (a bare TIR max drops a NaN on its left)."""
     import tvm
@@ -229,7 +233,7 @@ def _softplus(x):
 def _neg(x):
     # Two's complement for unsigned types: TVM writes -x as x * -1, and has no -1 of an unsigned type; its
     # simplifier also takes 0 - x of u32/u64 as 0 (no underflow assumed).
-    return ~x + _const(1, x) if _dtype(x).startswith("uint") else -x
+    return ~x + _const(1, x) if _is_unsigned(x) else -x
 
 
 Neg = unary("graph.neg", np.negative, "-x:  %y = graph.neg(%x) : tensor<4xf32>", False, lower=_lower(_neg),
@@ -638,7 +642,7 @@ def _div_te(a, b):
     if _is_float(a):
         return a / b
     zero, one = _const(0, a), _const(1, a)
-    if _dtype(a).startswith("uint"):  # no INT_MIN / -1 to avoid; x / 0 still traps
+    if _is_unsigned(a):  # no INT_MIN / -1 to avoid; x / 0 still traps
         return tvm.tirx.Select(b == zero, zero, tvm.tirx.truncdiv(a, tvm.tirx.Select(b == zero, one, b)))
     # Neither x / 0 nor INT_MIN / -1 may reach the hardware divide, which traps on both.
     safe = tvm.tirx.Select((b == zero) | (b == -one), one, b)
@@ -837,7 +841,7 @@ def _shift_in_range(x, y):
     import tvm
 
     bits = int(tvm.DataType(_dtype(x)).bits)
-    if _dtype(y).startswith("uint"):
+    if _is_unsigned(y):
         return (y >> _const(bits.bit_length() - 1, y)) == _const(0, y)
     return (y >= _const(0, y)) & (y < _const(bits, y))
 
@@ -857,7 +861,7 @@ def _shift_right(x, y):
     # Arithmetic for signed types (TIR's >> on a signed int is LLVM's ashr). Out of range: the sign alone,
     # -1 for a negative x and 0 otherwise.
     ok = _shift_in_range(x, y)
-    fill = _const(0, x) if _dtype(x).startswith("uint") else tvm.tirx.Select(x < _const(0, x), _const(-1, x), _const(0, x))
+    fill = _const(0, x) if _is_unsigned(x) else tvm.tirx.Select(x < _const(0, x), _const(-1, x), _const(0, x))
     return tvm.tirx.Select(ok, x >> tvm.tirx.Select(ok, y, _const(0, y)), fill)
 
 

@@ -248,6 +248,28 @@ def test_matmul_rows_take_a_tile_that_divides_them_rather_than_padding(m: int) -
     np.testing.assert_allclose(got, x @ y, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("lead, m, k, n", [((), 197, 768, 96), ((2,), 61, 64, 64), ((), 13, 40, 20), ((), 13, 1031, 20)])
+def test_matmul_padded_rows_read_a_in_place(lead, m, k, n) -> None:
+    """Rows padded to whole register tiles read A's last row again instead of a zero-padded copy of A
+    made every call (ViT's 197 rows); only C's padded rows see them, and those are never written out:
+    a NaN in A's last row stays in C's last row. An A padded along K too (1031) is still copied."""
+    from tvm import s_tir
+
+    a = te.placeholder((*lead, m, k), name="a")
+    b = te.placeholder((*lead, k, n), name="b")
+    out = topi.add(topi.nn.batch_matmul(a, b, transpose_b=False) if lead else topi.matmul(a, b), 1.0)
+    x, y = rand((*lead, m, k)), rand((*lead, k, n))
+    x[..., -1, 0] = np.nan
+    prim = schedule_cpu.schedule(te.create_prim_func([a, b, out]), ANCHOR, {"b"})
+    assert prim.attrs["gc.schedule"] == "matmul"
+    copied = re.search(r'T\.sblock\("a_pad', prim.script()) is not None
+    p = matmul.plan(matmul.match(s_tir.Schedule(te.create_prim_func([a, b, out]))))
+    assert copied == (p.mp != m and p.kp != k)
+    got, _ = run([a, b, out], ANCHOR, x, y, constants=("b",))
+    np.testing.assert_allclose(got, x @ y + 1, rtol=1e-4, atol=1e-4, equal_nan=True)
+    assert np.isnan(got[..., -1, :]).all() and not np.isnan(got[..., :-1, :]).any()
+
+
 @settings(max_examples=200, deadline=None)
 @given(n=st.integers(1, 5000), inner=st.sampled_from([1, 4, 8, 16, 32]), want=st.sampled_from([32, 64, 128, 256]))
 def test_matmul_split_pads_no_more_inner_tiles_than_one_chunk_count_near_want(n, inner, want) -> None:

@@ -9,7 +9,7 @@ spatial loops in parallel over all cores, vectorize the innermost spatial loop.
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Mapping
 from functools import cache
 
 import numpy as np
@@ -77,7 +77,7 @@ def schedule(
         try:
             if rule(sch, ctx):
                 block_params(sch, blocked)
-                done = _done(sch, name, relaxed, blocked, [by_name[n] for n in ctx.native])
+                done = _done(sch, name, relaxed, blocked, [by_name[n] for n in ctx.native], ctx.post)
                 return done.with_attr("gc.prepack", ctx.prepack) if ctx.prepack else done
         except Exception:  # noqa: BLE001 (a fast rule that does not fit must never fail the compile)
             pass
@@ -171,8 +171,10 @@ def _access(sch: s_tir.Schedule, buf):
 
 
 def _done(sch: s_tir.Schedule, rule: str, unaligned: bool, blocked: Mapping[int, Blocked],
-          native: Collection[int]) -> tirx.PrimFunc:
+          native: Collection[int], post: Collection[Callable[[tirx.PrimFunc], tirx.PrimFunc]] = ()) -> tirx.PrimFunc:
     func = sch.mod["main"]
+    for edit in post:
+        func = edit(func)
     if blocked:
         func = redeclare_params(func, {i: b.strides or () for i, b in blocked.items()})
     if func.attrs is not None and "gc.borders" in func.attrs:

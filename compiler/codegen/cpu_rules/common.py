@@ -3,11 +3,12 @@ and depthwise rules' input copies and heavy epilogues."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tvm import s_tir, tirx
 
-from compiler.codegen.sblocks import SPATIAL, blocks, count_nodes, inline_spatial, is_spatial  # noqa: F401  (the rules use them from here)
+from compiler.codegen.sblocks import SPATIAL, blocks, count_nodes, inline_spatial, is_select, is_spatial  # noqa: F401  (the rules use them from here)
 from compiler.codegen.target import cpu
 
 REDUCE = 2  # IterVar.iter_type of a reduction iterator (CommReduce)
@@ -25,12 +26,15 @@ class Context:
     transformed after it (`schedule_cpu.block_params`), whatever the rule did.
     native: filled by the rule with the blocked parameters its schedule reads or writes as blocks (no
     gather along the channels, no pack, no transposing write-back).
+    post: filled by the rule with rewrites of the scheduled function that no schedule primitive
+    expresses (the matmul rule's padded rows reading A's last row again), applied in order after it.
     """
 
     constants: frozenset[str] = frozenset()
     prepack: dict[str, str] = field(default_factory=dict)
     blocked: dict[str, int] = field(default_factory=dict)
     native: set[str] = field(default_factory=set)
+    post: list[Callable[[tirx.PrimFunc], tirx.PrimFunc]] = field(default_factory=list)
 
     def block_of(self, sch: s_tir.Schedule, buf) -> int:
         """The block width of the parameter `buf` (a buffer of the function) if it is stored blocked, else 0."""

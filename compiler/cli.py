@@ -17,6 +17,7 @@ import numpy as np
 
 from compiler.diagnostics import GCError, Location
 from compiler.files import check_writable, write_atomic
+from compiler.specialize import is_dynamic
 
 EXAMPLES = """\
 examples:
@@ -155,6 +156,9 @@ def _parser() -> argparse.ArgumentParser:
     r.add_argument("--inputs", metavar="IN.npz", help="inputs keyed by argument name")
     r.add_argument("--random-inputs", metavar="SEED", type=_seed,
                    help="fill every input not in --inputs deterministically from SEED")
+    r.add_argument("--shape", metavar="NAME=D1xD2..", action="append", type=_shape_arg, default=[],
+                   help="the sizes of argument NAME where its type has ? dimensions, for --random-inputs "
+                   "(repeat for each such argument)")
     r.add_argument("--outputs", metavar="OUT.npz", help="write the outputs here, keyed result0, result1, ...")
     r.add_argument("--entry", default="main", metavar="NAME", help="the function to run (default: main)")
     r.add_argument("--quiet", action="store_true", help="do not print the output summary")
@@ -568,9 +572,11 @@ def cmd_run(args) -> int:
         raise GCError(f"no function @{args.entry} in {name} (functions: {names})")
     f = module[args.entry]
     given = load_npz(args.inputs) if args.inputs else {}
+    if args.shape and args.random_inputs is None:
+        raise UsageError("--shape gives the sizes of made-up inputs: give --random-inputs SEED too")
     if args.random_inputs is not None:
-        made = random_inputs(f, args.random_inputs, module)
-        given = {**{k: v for k, v in made.items() if k not in given}, **given}
+        made = random_inputs(f, args.random_inputs, module, shapes=dict(args.shape), skip=set(given))
+        given = {**made, **given}
     elif not args.inputs and f.args:
         raise GCError(f"@{f.name} needs inputs: give --inputs IN.npz or --random-inputs SEED")
     inputs = bind_inputs(f, given)
@@ -584,10 +590,19 @@ def cmd_run(args) -> int:
 
         model = compiler.compile(module, target, entry=args.entry)
         outs = model(*inputs)
-    _report(args, outs, [str(t) for t in f.result_types])
+    _report(args, outs, [str(t.with_shape(np.shape(o))) for t, o in zip(f.result_types, outs)])
     if args.profile is not None:
         print(model.profile(*inputs, repeat=args.profile, in_call=args.in_call).render())
     return 0
+
+
+def _shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
+    """NAME=8x784 (NAME= for a scalar) -> ("NAME", (8, 784))."""
+    name, eq, dims = text.partition("=")
+    parts = dims.split("x") if dims else []
+    if not eq or not name or not all(p.isdigit() for p in parts):
+        raise argparse.ArgumentTypeError(f"'{text}' is not NAME=D1xD2... (sizes as non-negative integers)")
+    return name.removeprefix("%"), tuple(int(p) for p in parts)
 
 
 def _is_artifact(path: str) -> bool:
@@ -611,27 +626,35 @@ def _run_artifact(args) -> int:
                       f"the .gir with --entry {args.entry} for that function")
     model = compiler.load(args.file)
     given = load_npz(args.inputs) if args.inputs else {}
+    if args.shape and args.random_inputs is None:
+        raise UsageError("--shape gives the sizes of made-up inputs: give --random-inputs SEED too")
     if args.random_inputs is not None:
-        made = _artifact_random_inputs(model, args.random_inputs)
-        given = {**{k: v for k, v in made.items() if k not in given}, **given}
+        made = _artifact_random_inputs(model, args.random_inputs, dict(args.shape), set(given))
+        given = {**made, **given}
     elif not args.inputs and model.arg_names:
         raise GCError("the model needs inputs: give --inputs IN.npz or --random-inputs SEED")
     outs = model(**given)
-    _report(args, outs, model.plan.result_types)
+    dynamic = getattr(model, "func", None)
+    types = [str(t.with_shape(np.shape(o))) for t, o in zip(dynamic.result_types, outs)] if dynamic else \
+        model.plan.result_types
+    _report(args, outs, types)
     if args.profile is not None:
         print(model.profile(**given, repeat=args.profile, in_call=args.in_call).render())
     return 0
 
 
-def _artifact_random_inputs(model, seed: int) -> dict:
+def _artifact_random_inputs(model, seed: int, shapes: dict | None = None, skip: set = frozenset()) -> dict:
     """The inputs `gc run SOURCE.gir --random-inputs SEED` would make, when the artifact kept its source."""
     from compiler.inputs import random_inputs
     from compiler.parser import parse
 
     if model.source is not None:
         module = parse(model.source, "<artifact>")
-        made = random_inputs(module[model.plan.entry], seed, module)
+        entry = model.func.name if hasattr(model, "func") else model.plan.entry
+        made = random_inputs(module[entry], seed, module, shapes=shapes, skip=skip | ({a.name for a in module[entry].args} - set(model.arg_names)))
         return {k: v for k, v in made.items() if k in model.arg_names}
+    if shapes:
+        raise GCError("--shape: this artifact keeps no source, and its sizes are fixed")
     rng = np.random.default_rng(seed)
     return {n: (rng.standard_normal(s) if d.kind == "f" else rng.integers(0, 10, s)).astype(d)
             for n, (s, d) in zip(model.arg_names, model.arg_types)}
@@ -671,6 +694,8 @@ def cmd_compile(args) -> int:
         params = load_npz(args.params) if args.params else None
         module, _ = driver.frontend(text, name, options, params)
         driver.optimize(module, options)
+        if args.emit == "plan" and is_dynamic(module[args.entry]):
+            raise GCError(_PER_SIZE.format(what="the memory plan is", f=args.entry))
         if args.emit == "plan":
             from compiler.codegen.build import plan_module
 
@@ -679,7 +704,10 @@ def cmd_compile(args) -> int:
         return 0
     if args.emit:  # the build's own products (TIR, LLVM IR, CUDA C), which a cached artifact does not keep
         params = load_npz(args.params) if args.params else None
-        sys.stdout.write(_emit(driver.compile(text, options, params=params, name=name, use_cache=False), args.emit))
+        model = driver.compile(text, options, params=params, name=name, use_cache=False)
+        if not hasattr(model, "lib"):
+            raise GCError(_PER_SIZE.format(what="the kernels are", f=args.entry))
+        sys.stdout.write(_emit(model, args.emit))
         return 0
     use_cache = cache.enabled() and not args.no_cache
     # The weights file's digest, not its arrays, keys the entry: a hit never reads them. (A file that cannot
@@ -696,6 +724,8 @@ def cmd_compile(args) -> int:
         params = load_npz(args.params) if args.params else None
         model = driver.compile(text, options, params=params, name=name, use_cache=False)
         model.save(out)
+        if not hasattr(model, "lib"):  # `?` sizes: each compiles at its first call, through the cache
+            return _wrote_dynamic(args, out, time.perf_counter() - t0)
         if k:
             cache.store_file(k, Path(out), model)
         plan = model.plan
@@ -708,6 +738,22 @@ def cmd_compile(args) -> int:
         write_atomic(args.stats, json.dumps(stats, indent=2) + "\n")
     how = ", from the compile cache" if hit is not None else ""
     print(f"gc: wrote {out} ({num_kernels} kernels, {args.target}, {seconds:.2f} s{how})", file=sys.stderr)
+    return 0
+
+
+_PER_SIZE = ("@{f} has sizes known only at run time (?): {what} made for each size at its first call; "
+             "write the sizes in the source to see them for one size")
+
+
+def _wrote_dynamic(args, out: str, seconds: float) -> int:
+    import json
+
+    if args.stats:
+        stats = {"dynamic": True, "num_kernels": 0, "compile_seconds": round(seconds, 4), "target": args.target,
+                 "source": args.file, "kernels": [], "from_cache": False}
+        write_atomic(args.stats, json.dumps(stats, indent=2) + "\n")
+    print(f"gc: wrote {out} ({args.target}, sizes known at run time: each compiles at its first call, "
+          f"{seconds:.2f} s)", file=sys.stderr)
     return 0
 
 

@@ -21,10 +21,11 @@ import numpy as np
 
 from compiler import cache
 from compiler.diagnostics import GCError
-from compiler.ir import Module, Value
+from compiler.ir import Module, Value, known
 from compiler.parser import parse
 from compiler.pipeline import PIPELINES, run_pipeline
 from compiler.printer import print_module
+from compiler.specialize import is_dynamic
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,13 @@ def compile(source: str | Module, options: Options = Options(), *, params: dict[
         model.from_cache = True
         return model
     module, model_source = frontend(source, name, options, params)
+    if is_dynamic(module[options.entry]):  # `?` sizes: compiled per size at its first call
+        from compiler.codegen.dynamic import DynamicModel
+
+        optimize(module, options)  # the graph passes' own diagnostics now, not at the first call
+        model = DynamicModel(model_source, options, params, name)
+        model.compile_seconds = time.perf_counter() - t0
+        return model
     optimize(module, options)
     model = build(module, options.target, entry=options.entry, arch=options.arch, concurrent=options.concurrent)
     model.source = model_source
@@ -113,7 +121,7 @@ def bind_params(module: Module, entry: str, params: dict[str, np.ndarray]) -> No
 
 
 def _zeros(a: Value) -> np.ndarray:
-    return np.zeros(a.type.shape, a.type.dtype.np)
+    return np.zeros(tuple(d if known(d) else 1 for d in a.type.shape), a.type.dtype.np)  # 1 stands for any `?`
 
 
 def keep_reachable(module: Module, entry: str) -> None:

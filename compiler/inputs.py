@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from compiler.diagnostics import GCError
-from compiler.ir import DType, Func, Module, Value
+from compiler.ir import DType, Func, Module, TensorType, Value, fits
 
 
 def load_npz(path: str) -> dict[str, np.ndarray]:
@@ -92,15 +92,35 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
                                                   for k, x in arrays.items()}))
 
 
-def random_inputs(f: Func, seed: int, module: Module | None = None) -> dict[str, np.ndarray]:
-    """Deterministic inputs for every argument of `f` (looking through calls when `module` is given)."""
+def random_inputs(f: Func, seed: int, module: Module | None = None,
+                  shapes: dict[str, tuple[int, ...]] | None = None, skip: set[str] = frozenset()) -> dict[str, np.ndarray]:
+    """Deterministic inputs for every argument of `f` (looking through calls when `module` is given) but
+    those named in `skip` (given otherwise). `shapes` gives the sizes of arguments with `?` dimensions
+    (`gc run --shape NAME=8x784`)."""
     rng = np.random.default_rng(seed)
+    shapes = shapes or {}
+    unknown = [n for n in shapes if n not in {a.name for a in f.args}]
+    if unknown:
+        raise GCError(f"--shape names '{unknown[0]}', which is not an argument of @{f.name}")
     out = {}
     for a in f.args:
+        t = a.type
+        if a.name in skip and not t.is_static:
+            continue
+        if a.name in shapes:
+            if not fits(t.shape, shapes[a.name]):
+                dims = "x".join(map(str, shapes[a.name])) or "a scalar"
+                raise GCError(f"shape {dims} given for %{a.name} does not fit {t}", a.loc)
+            t = t.with_shape(shapes[a.name])
+        elif not t.is_static:
+            raise GCError(f"%{a.name} is {t}: give its sizes to make a random input for it "
+                          f"(gc run --shape {a.name}=...)", a.loc)
         try:
-            out[a.name] = _random_arg(a, _uses(f, a, module), rng)
+            x = _random_arg(a, t, _uses(f, a, module), rng)  # made even where given: the others stay the same
+            if a.name not in skip:
+                out[a.name] = x
         except MemoryError:
-            raise GCError(f"cannot make a random input for %{a.name}: {a.type} ({a.type.nbytes:,} bytes) "
+            raise GCError(f"cannot make a random input for %{a.name}: {t} ({t.nbytes:,} bytes) "
                           "does not fit in memory", a.loc) from None
     return out
 
@@ -127,8 +147,7 @@ def _uses(f: Func, a: Value, module: Module | None, depth: int = 0) -> list:
     return out
 
 
-def _random_arg(a: Value, uses, rng: np.random.Generator) -> np.ndarray:
-    t = a.type
+def _random_arg(a: Value, t: TensorType, uses, rng: np.random.Generator) -> np.ndarray:
     lo_hi = None
     scale = 1.0
     for op, i in uses:

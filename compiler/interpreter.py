@@ -9,7 +9,8 @@ import numpy as np
 
 from compiler.diagnostics import GCError
 from compiler.inputs import castable, narrowed
-from compiler.ir import Func, Module, Value
+from compiler.ir import Func, Module, Value, fits
+from compiler.specialize import specialize
 
 
 def run(module: Module, inputs: dict[str, np.ndarray] | list[np.ndarray], entry: str = "main") -> list[np.ndarray]:
@@ -23,6 +24,7 @@ def run(module: Module, inputs: dict[str, np.ndarray] | list[np.ndarray], entry:
 
 
 def run_func(module: Module, f: Func, args: list[np.ndarray]) -> list[np.ndarray]:
+    f = specialize(module, f, [a.shape for a in args])  # `?` sizes bound to this call's (f itself if none)
     env: dict[Value, np.ndarray] = dict(zip(f.args, args))
     for op in f.ops:
         call = getattr(op, "interpret", None)
@@ -48,7 +50,7 @@ def bind_inputs(f: Func, inputs: dict[str, np.ndarray] | list[np.ndarray]) -> li
         if a.name not in inputs:
             raise GCError(f"missing input '{a.name}' for %{a.name}: {a.type}", a.loc)
         x = np.asarray(inputs[a.name])
-        if tuple(x.shape) != a.type.shape:
+        if not fits(a.type.shape, x.shape):
             raise GCError(f"input '{a.name}' has shape {list(x.shape)} but %{a.name} is {a.type}", a.loc)
         want = a.type.dtype.np
         if x.dtype != want:

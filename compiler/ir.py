@@ -7,6 +7,7 @@ that declaration gives the constructor's checks, the accessors and the printed f
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterator
 
@@ -104,11 +105,120 @@ _TVM = {
 }
 
 
+class Dynamic:
+    """`?`, a dimension known only at run time (the contract's v2: `tensor<?x784xf32>`); its one instance
+    is `DYN`.
+
+    Arithmetic with it gives `?` (`? * 128` is `?`; `0 * ?` is 0), so a shape rule's sums and products
+    carry it without a case of their own. It equals only itself: `tensor<?x4xf32>` is one type, and two
+    `?` that differ at run time are told apart when the function is specialized to its arguments' sizes.
+    So a rule must never ask `a != b` of sizes that may be `?` (it would call `?` and 4 different):
+    `differ(a, b)` and `agree(a, b)` are false where a side is unknown. Ordering a `?` (`? < 4`), its truth
+    (`if c % g:`) and `int(?)` raise TypeError: a rule that needs the size itself must say what it does without one."""
+
+    _instance: Dynamic | None = None
+
+    def __new__(cls) -> Dynamic:
+        if cls._instance is None:
+            cls._instance = super().__new__(cls)
+        return cls._instance
+
+    def __repr__(self) -> str:
+        return "?"
+
+    def __reduce__(self):
+        return (Dynamic, ())
+
+    def __hash__(self) -> int:
+        return hash("?")
+
+    def __eq__(self, other: object) -> bool:
+        return other is self
+
+    def _arith(self, other):
+        if isinstance(other, (int, np.integer, Dynamic)) and not isinstance(other, bool):
+            return self
+        return NotImplemented
+
+    def __mul__(self, other):
+        return 0 if isinstance(other, (int, np.integer)) and other == 0 else self._arith(other)
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __floordiv__ = __rfloordiv__ = __mod__ = __rmod__ = _arith
+    __rmul__ = __mul__
+
+    def __neg__(self):
+        return self
+
+    def _order(self, other):
+        raise TypeError("a dimension known only at run time (?) has no order; use ir.differ/agree")
+
+    __lt__ = __le__ = __gt__ = __ge__ = __bool__ = _order
+
+    def __int__(self):
+        raise TypeError("a dimension known only at run time (?) has no value here")
+
+    __index__ = __int__
+
+
+DYN = Dynamic()
+Dim = int | Dynamic  # a dimension: a size, or `?`
+
+
+# What a `?` size counts as where a pass only weighs sizes against each other (remat's plan, mixed
+# precision's majority of inputs): a batch or sequence of 128 scales every tensor it is in alike.
+NOMINAL = 128
+
+
+def nominal(t: TensorType) -> TensorType:
+    """`t` with each `?` as NOMINAL (t itself when static)."""
+    return t if t.is_static else t.with_shape(d if known(d) else NOMINAL for d in t.shape)
+
+
+def known(d) -> bool:
+    """Whether the dimension `d` is a size (not `?`)."""
+    return not isinstance(d, Dynamic)
+
+
+def differ(a, b) -> bool:
+    """Whether two dimensions are known to differ (false where either is `?`)."""
+    return known(a) and known(b) and a != b
+
+
+def agree(a, b) -> bool:
+    """Whether two dimensions are known to be equal (false where either is `?`)."""
+    return known(a) and known(b) and a == b
+
+
+def shapes_differ(a: tuple, b: tuple) -> bool:
+    """Whether two shapes are known to differ: in rank, or in a size both know."""
+    return len(a) != len(b) or any(differ(x, y) for x, y in zip(a, b))
+
+
+def more_elements(a: tuple, b: tuple) -> bool:
+    """Whether shape `a` is known to hold more elements than `b`; with `?` sizes, whether `a` is `b`
+    broadcast (more dims, or a size where `b` has 1)."""
+    if static(a) and static(b):
+        return math.prod(a) > math.prod(b)
+    return len(a) > len(b) or any(d == 1 and not e == 1 for d, e in zip(b[::-1], a[::-1]))
+
+
+def static(shape) -> bool:
+    """Whether every dimension of `shape` is a size."""
+    return all(known(d) for d in shape)
+
+
+def fits(declared: tuple, actual: tuple) -> bool:
+    """Whether a shape `actual` may stand where `declared` is written: same rank, each size equal where
+    `declared` gives one (a `?` there takes any size)."""
+    return len(declared) == len(actual) and all(not known(d) or d == a for d, a in zip(declared, actual))
+
+
 @dataclass(frozen=True)
 class TensorType:
-    """`tensor<2x3xf32>`; a scalar is `tensor<f32>` (shape ())."""
+    """`tensor<2x3xf32>`; a scalar is `tensor<f32>` (shape ()); `tensor<?x3xf32>` has a size known only at
+    run time (`DYN`)."""
 
-    shape: tuple[int, ...]
+    shape: tuple[Dim, ...]
     dtype: DType
 
     def __str__(self) -> str:
@@ -119,15 +229,25 @@ class TensorType:
         return len(self.shape)
 
     @property
+    def is_static(self) -> bool:
+        return static(self.shape)
+
+    @property
     def size(self) -> int:
+        if not self.is_static:
+            raise TypeError(f"{self} has a size known only at run time")
         return int(np.prod(self.shape, dtype=np.int64))
 
     @property
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
+    def fits(self, other: TensorType) -> bool:
+        """Whether a value of type `other` may stand where this type is written (see `fits`)."""
+        return self.dtype == other.dtype and fits(self.shape, other.shape)
+
     def with_shape(self, shape) -> TensorType:
-        return TensorType(tuple(int(d) for d in shape), self.dtype)
+        return TensorType(tuple(d if isinstance(d, Dynamic) else int(d) for d in shape), self.dtype)
 
     def with_dtype(self, dtype: DType) -> TensorType:
         return TensorType(self.shape, dtype)

@@ -16,7 +16,7 @@ import ml_dtypes
 import numpy as np
 
 from compiler.diagnostics import Diagnostic, DiagnosticCollector, GCError, Location, Source
-from compiler.ir import OP_REGISTRY, Dense, DType, Func, Module, Op, SymbolRef, TensorType, Value, lookup_op
+from compiler.ir import DYN, OP_REGISTRY, Dense, DType, Func, Module, Op, SymbolRef, TensorType, Value, known, lookup_op
 
 _DTYPES = {d.value: d for d in DType}
 MAX_RANK = 64  # NumPy's most dimensions (numpy 2); the reference interpreter is NumPy
@@ -187,12 +187,17 @@ class _Builder:
             return None
         shape = []
         for d in dims:
+            if d == "?":  # a size known only at run time
+                shape.append(DYN)
+                col += 2
+                continue
             if not d.isdigit():
                 loc = Location(self.source.name, tok.line, col, self.source)
-                self.diag.error(f"invalid dimension '{d}' in {tok.value}: dimensions are non-negative integers", loc)
+                self.diag.error(f"invalid dimension '{d}' in {tok.value}: dimensions are non-negative integers"
+                                " or ? (a size known only at run time)", loc)
                 return None
             shape.append(int(d))
-            if math.prod(shape) * _DTYPES.get(dt, DType.f64).np.itemsize > MAX_BYTES:
+            if math.prod(d for d in shape if known(d)) * _DTYPES.get(dt, DType.f64).np.itemsize > MAX_BYTES:
                 loc = Location(self.source.name, tok.line, col, self.source)
                 self.diag.error(f"{tok.value} is too large: a tensor holds at most 2^63 - 1 bytes", loc)
                 return None
@@ -389,6 +394,8 @@ class _Builder:
             raise GCError([])  # tensor_type reported it
         lit = self.dense_literal(body)
         loc = self.loc(ttok)
+        if not ty.is_static:
+            raise GCError(f"a dense constant has every size known: {ty} has a ?", loc)
         if not ty.dtype.is_bool and any(isinstance(x, bool) for x in _leaves(lit)):
             raise GCError(f"dense values of {ty} must be numbers, not true/false", loc)
         try:

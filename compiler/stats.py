@@ -21,12 +21,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from compiler.diagnostics import GCError
-from compiler.ir import Func, Module, Op
+from compiler.ir import NOMINAL, Func, Module, Op, known
+from compiler.specialize import is_dynamic
 
 
-def module_stats(module: Module, entry: str = "main", data_args: Sequence[str] | None = None) -> dict[str, Any]:
+def module_stats(module: Module, entry: str = "main", data_args: Sequence[str] | None = None,
+                 memory: bool = True) -> dict[str, Any]:
     """The statistics of `module`'s function `entry` as a JSON-ready dict (see the module docstring)."""
     f = _entry(module, entry)
+    if is_dynamic(f):
+        return _dynamic_stats(module, f, data_args)
     names = [a.name for a in f.args]
     data = set(names[:1] if data_args is None else data_args)
     unknown = sorted(data - set(names))
@@ -60,8 +64,63 @@ def module_stats(module: Module, entry: str = "main", data_args: Sequence[str] |
         "input_bytes": sum(a.type.nbytes for a in inputs),
         "output_bytes": sum(t.nbytes for t in f.result_types),
         "intermediate_bytes": walk.intermediate_bytes,
-        "memory": memory_plan(module, f),
+        "memory": memory_plan(module, f) if memory else {},
     }
+
+
+# The sizes a dynamic function is counted at: each `?` = n for n = 1..5 fits and checks a polynomial in n
+# (FLOPs and bytes are sums of products of sizes: degree <= 3 covers a batch times a sequence squared).
+_SAMPLES = (1, 2, 3, 4, 5)
+_VARYING = ("flops", "params", "param_bytes", "input_bytes", "output_bytes", "intermediate_bytes")
+
+
+def _dynamic_stats(module: Module, f: Func, data_args: Sequence[str] | None) -> dict[str, Any]:
+    """The statistics of a function with `?` sizes, every `?` taken as one size n: each figure at n = NOMINAL,
+    and (`expressions`) each that varies as a polynomial in n; the memory plan at n = NOMINAL."""
+    from compiler.specialize import specialize_module
+
+    def at(n: int, memory: bool) -> dict[str, Any]:
+        shapes = [tuple(d if known(d) else n for d in a.type.shape) for a in f.args]
+        return module_stats(specialize_module(module, f.name, shapes), f.name, data_args, memory)
+
+    out = at(NOMINAL, True)
+    samples = [at(n, False) for n in _SAMPLES]
+    expressions = {}
+    for key in _VARYING:
+        values = [s[key] for s in samples]
+        if len(set(values)) > 1:
+            coeffs = _fit(values[:4])
+            ok = coeffs is not None and _poly(coeffs, _SAMPLES[4]) == values[4] and _poly(coeffs, NOMINAL) == out[key]
+            expressions[key] = _format_poly(coeffs) if ok else "varies with n"
+    return {**out, "sizes": f"every ? = n; figures at n = {NOMINAL}", "expressions": expressions}
+
+
+def _fit(values: list[int]) -> list[int] | None:
+    """Integer coefficients c0..c3 of the cubic through (1, v1)..(4, v4), or None if they are not integers."""
+    from fractions import Fraction
+
+    n = len(values)
+    rows = [[Fraction(x**k) for k in range(n)] + [Fraction(v)] for x, v in zip(_SAMPLES, values)]
+    for i in range(n):  # Gauss-Jordan on the Vandermonde system, exactly
+        p = next(r for r in range(i, n) if rows[r][i] != 0)
+        rows[i], rows[p] = rows[p], rows[i]
+        rows[i] = [v / rows[i][i] for v in rows[i]]
+        for r in range(n):
+            if r != i and rows[r][i] != 0:
+                rows[r] = [a - rows[r][i] * b for a, b in zip(rows[r], rows[i])]
+    coeffs = [rows[i][n] for i in range(n)]
+    return [int(c) for c in coeffs] if all(c.denominator == 1 for c in coeffs) else None
+
+
+def _poly(coeffs: list[int], n: int) -> int:
+    return sum(c * n**k for k, c in enumerate(coeffs))
+
+
+def _format_poly(coeffs: list[int]) -> str:
+    """[10, 3, 0, 2] -> '2·n³ + 3·n + 10'."""
+    power = ["", "·n", "·n²", "·n³"]
+    terms = [f"{c:,}{power[k]}" for k, c in reversed(list(enumerate(coeffs))) if c]
+    return " + ".join(terms).replace("+ -", "- ") or "0"
 
 
 def memory_plan(module: Module, f: Func) -> dict[str, int]:
@@ -164,9 +223,11 @@ _SUMMARY = [
 
 def format_stats(stats: dict[str, Any]) -> str:
     """A readable table of `module_stats`' result."""
-    lines = [f"@{stats['function']}"]
+    lines = [f"@{stats['function']}" + (f"  ({stats['sizes']})" if "sizes" in stats else "")]
+    expressions = stats.get("expressions", {})
     for label, key, unit in _SUMMARY:
-        lines.append(f"  {label:<{_W}} {stats[key]:>16,}  {_human(stats[key], unit)}".rstrip())
+        note = f"= {expressions[key]}" if key in expressions else _human(stats[key], unit)
+        lines.append(f"  {label:<{_W}} {stats[key]:>16,}  {note}".rstrip())
     params = ", ".join("%" + n for n in stats["param_args"]) or "none"
     lines.append(f"  {'parameter args':<{_W}} {params}")
     if stats["num_constants"]:
@@ -178,7 +239,7 @@ def format_stats(stats: dict[str, Any]) -> str:
     lines += _section("ops by name", stats["ops_by_name"])
     lines += _section("ops by kind", stats["ops_by_kind"])
     lines += _section("kernel calls", stats["kernel_calls"])
-    lines += format_memory(stats["memory"])
+    lines += format_memory(stats["memory"], f" at n = {NOMINAL}" if "sizes" in stats else "")
     return "\n".join(lines) + "\n"
 
 
@@ -191,9 +252,9 @@ _MEMORY = [
 ]
 
 
-def format_memory(memory: dict[str, int]) -> list[str]:
+def format_memory(memory: dict[str, int], where: str = "") -> list[str]:
     """The memory plan's figures, with the arena's ratio to the naive size and to the lower bound."""
-    lines = ["memory plan (intermediates):"]
+    lines = [f"memory plan (intermediates{where}):"]
     for label, key in _MEMORY:
         if key == "tensor_bound_bytes" and memory.get(key) == memory.get("lower_bound_bytes"):
             continue  # no borders: the same bound

@@ -56,6 +56,9 @@ def _verify_op(op: Op, module: Module, diag: DiagnosticCollector, infer_missing:
     for r, t in zip(op.results, inferred):
         if r.type is None and infer_missing:
             r.type = t
+        elif r.type.fits(t):  # a `?` written where inference knows the size: the size is kept
+            if infer_missing:
+                r.type = t
         elif r.type != t:
             diag.error(f"{op.name}: result type {r.type} does not match the inferred type {t}", op.loc)
             if infer_missing:
@@ -72,5 +75,5 @@ def _verify_return(f: Func, defined: set[Value], diag: DiagnosticCollector) -> N
     for i, (v, t) in enumerate(zip(f.results, f.result_types)):
         if v not in defined:
             diag.error(f"return: value #{i} (%{v.name}) is not defined in @{f.name}", loc)
-        elif t is not None and v.type != t:
+        elif t is not None and not t.fits(v.type):
             diag.error(f"return: value #{i} has type {v.type} but @{f.name} declares {t}", loc)

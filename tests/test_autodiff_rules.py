@@ -198,10 +198,10 @@ def test_reduce_prod_rule_where_rows_hold_zeros() -> None:
 
 def test_every_differentiable_op_is_checked_against_central_differences() -> None:
     # Comparisons and argmax have integer results: nothing flows back through them (tested below).
-    # The bitwise ops and shifts take and give integers only.
+    # The bitwise ops and shifts take and give integers only; numel counts elements, whatever their values.
     unchecked = {"graph.call", "graph.constant", "graph.equal", "graph.less", "graph.greater", "graph.argmax",
                  "graph.where", "graph.bitwise_and", "graph.bitwise_or", "graph.bitwise_xor", "graph.bitwise_not",
-                 "graph.shift_left", "graph.shift_right"}  # fmt: skip
+                 "graph.shift_left", "graph.shift_right", "graph.numel"}  # fmt: skip
     checked = {f"graph.{name}" for name, _, _ in CASES}
     missing = sorted(op.name for op in GRAPH.ops if op.name not in checked | unchecked)
     assert not missing, f"no central-difference case for {missing}"

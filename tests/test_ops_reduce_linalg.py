@@ -12,7 +12,7 @@ import compiler
 from compiler.diagnostics import GCError
 from compiler.inputs import random_inputs
 from compiler.interpreter import run
-from compiler.ir import Op
+from compiler.ir import DType, Op
 from compiler.parser import parse
 from helpers import infer_error, run_op
 
@@ -601,3 +601,32 @@ def test_mse_loss_flops_count_the_input() -> None:
         "}\n"
     )
     assert op.flops() == 15
+
+
+# --- numel --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("axes, dtype, shape, want", [
+    (None, "f32", "2x3x4", 24), ("[0]", "i64", "2x3x4", 2), ("[0, -1]", "f64", "2x3x4", 8), (None, "i32", "0x5", 0),
+    ("[1]", "f32", "?x7", 7),
+])
+def test_numel_counts_the_elements_over_its_axes(axes, dtype, shape, want) -> None:
+    attrs = f"{{axes = {axes}, dtype = {dtype}}}" if axes else f"{{dtype = {dtype}}}"
+    text = (f"func @main(%x: tensor<{shape}xf32>) -> tensor<{dtype}> {{\n"
+            f"  %n = graph.numel(%x) {attrs}\n  return %n\n}}\n")
+    x = np.full([3 if d == "?" else int(d) for d in shape.split("x")], np.nan, np.float32)  # values never matter
+    (got,) = run_text(text, x)
+    assert got.shape == () and got.dtype == DType(dtype).np and got == want
+
+
+def test_numel_of_a_dynamic_size_is_the_size_at_the_call() -> None:
+    module = parse("func @main(%x: tensor<?x4xf32>) -> tensor<i64> {\n"
+                   "  %n = graph.numel(%x) {axes = [0], dtype = i64}\n  return %n\n}\n")
+    for rows in (1, 6, 0):
+        assert run(module, [np.zeros((rows, 4), np.float32)])[0] == rows
+
+
+def test_numel_rejects_a_bool_result_and_a_bad_axis() -> None:
+    for attrs, msg in (("{dtype = i1}", "not i1"), ("{axes = [2]}", "out of range")):
+        with pytest.raises(GCError, match=msg):
+            parse(f"func @main(%x: tensor<2x3xf32>) -> tensor<f32> {{\n  %n = graph.numel(%x) {attrs}\n  return %n\n}}\n")

@@ -21,6 +21,7 @@ import hashlib
 import io
 import json
 import math
+import re
 import tempfile
 import zipfile
 import zlib
@@ -37,6 +38,8 @@ from dialects.mem import padded_shape, padded_strides
 FORMAT = "gcpkg-3"  # 3: plan.json carries each kernel's signature, checked at load
 MEMBERS = ("plan.json", "lib.so", "consts.npz")  # and source.gir, optionally
 OPTIONAL = ("source.gir",)
+DYNAMIC_FORMAT = "gcpkg-dynamic-1"  # a model with ? sizes: its source and weights, and each size compiled
+DYNAMIC_MEMBERS = ("source.gir", "params.npz", "dynamic.json")
 JSON_LIMIT = 256 << 20  # a plan beyond this is no plan gc wrote
 
 
@@ -107,12 +110,15 @@ class _Reader:
         manifest = self._json("manifest.json")
         if not isinstance(manifest, dict):
             raise self.error("manifest.json is not a JSON object")
-        if manifest.get("format") != FORMAT:
+        self.format = manifest.get("format")
+        if self.format not in (FORMAT, DYNAMIC_FORMAT):
             raise self.error(f"format {manifest.get('format')!r}, but this gc reads {FORMAT!r}; compile it again")
         hashes = manifest.get("sha256")
         if not isinstance(hashes, dict) or not all(isinstance(v, str) for v in hashes.values()):
             raise self.error("manifest.json has no table of member hashes")
         expected = set(MEMBERS) | (set(OPTIONAL) & set(hashes))
+        if self.format == DYNAMIC_FORMAT:  # a model with ? sizes (codegen/dynamic.py) and its sizes compiled
+            expected = set(DYNAMIC_MEMBERS) | {n for n in hashes if re.fullmatch(r"size-\d{1,6}\.gcpkg", n)}
         if set(hashes) != expected:
             raise self.error(f"manifest.json lists {sorted(hashes)}, expected {sorted(expected)}")
         if set(names) != expected | {"manifest.json"}:
@@ -143,6 +149,12 @@ class _Reader:
             raise self.error(f"{name} is not valid JSON ({e})") from None
 
     def plan(self) -> dict:
+        if self.format == DYNAMIC_FORMAT:  # what `gc run` asks before loading: the target and the entry
+            meta = self._json("dynamic.json")
+            options = meta.get("options") if isinstance(meta, dict) else None
+            if not isinstance(options, dict) or options.get("target") not in ("llvm", "cuda"):
+                raise self.error("dynamic.json names no target")
+            return {"target": {"kind": options["target"]}, "entry": options.get("entry", "main"), "dynamic": True}
         plan = self._json("plan.json")
         check_plan(plan, self.error)
         return plan
@@ -187,6 +199,10 @@ def load(path: str | Path):
 
     r = _Reader(path)
     with r.zip:
+        if r.format == DYNAMIC_FORMAT:
+            from compiler.codegen.dynamic import DynamicModel
+
+            return DynamicModel.load(path, {name: r.read(name) for name in r.hashes})
         plan = r.plan()
         target = plan["target"]
         if target["kind"] == "cuda":

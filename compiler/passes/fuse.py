@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from compiler.diagnostics import GCError
-from compiler.ir import Func, Module, Op, Value
+from compiler.ir import Func, Module, Op, Value, more_elements
 from compiler.passes import Pass
 from compiler.rewrite import outline
 from dialects.graph.shape import Transpose
@@ -165,7 +165,7 @@ class Fuse(Pass):
         it is broadcast to (EfficientNet's: 800 us a kernel, 196 times the work). A reduction's rows
         schedule computes each row once, then its epilogue over the row: there spreading is the point."""
         anchor = next((m for m in g.members if m.kind == ANCHOR), None)
-        return anchor is not None and op.result.type.size > anchor.results[0].type.size
+        return anchor is not None and more_elements(op.result.type.shape, anchor.results[0].type.shape)
 
     def diamond(self, g: Group, uses: dict, home: dict[Op, Group], pos: dict[Op, int]) -> list[Op]:
         """The shortest run of epilogue ops after the output, in program order, that closes on one op: every

@@ -32,7 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from compiler.diagnostics import GCError
-from compiler.ir import Dense, DType, Func, Module, Op, Value, lookup_op
+from compiler.ir import Dense, DType, Func, Module, Op, Value, lookup_op, nominal
 from compiler.passes import Pass
 from dialects.graph.creation import Constant
 from dialects.graph.elementwise import Cast
@@ -98,8 +98,8 @@ class _Convert:
         if op.precision != "follow":
             return False
         ins = {v: None for v in op.operands if _is_f32(v) and not isinstance(v.owner, Constant)}
-        low = sum(v.type.size for v in ins if v in self.computed_low)
-        wide = sum(v.type.size for v in ins if v not in self.computed_low)
+        low = sum(nominal(v.type).size for v in ins if v in self.computed_low)
+        wide = sum(nominal(v.type).size for v in ins if v not in self.computed_low)
         return low > 0 and wide < low
 
     def rebuild_low(self, op: Op) -> None:

@@ -38,7 +38,7 @@ import math
 from dataclasses import dataclass, field
 
 from compiler.diagnostics import GCError
-from compiler.ir import Func, Module, Op, Value
+from compiler.ir import Func, Module, Op, Value, nominal
 from compiler.memory import Block, is_planned, lower_bound, plan_stats
 from compiler.passes import InputError, Pass
 from compiler.passes.plan_memory import PlanMemory
@@ -78,6 +78,9 @@ class Remat(Pass):
 
     def run(self, module: Module) -> None:
         for f in self.targets(module):
+            if self.budget and not all(nominal(r.type) == r.type for r in f.values()):
+                raise InputError(f"remat: a budget is in bytes, and @{f.name} has sizes known only at run time (?): "
+                                 "use policy=sqrt", f.loc)
             g = Grad(module, f, self.align)
             before = g.evaluate(frozenset(g.saved))
             if self.budget:
@@ -140,17 +143,19 @@ class Grad:
                 self.forward.add(op)
                 wanted.update(op.operands)
         returned = set(f.results)
+        # Sizes known only at run time weigh as NOMINAL: the plan's choices hold where they scale alike.
         self.size = {
-            r: -(-r.type.nbytes // align) * align
+            r: -(-nominal(r.type).nbytes // align) * align
             for op in f.ops
             for r in op.results
-            if r not in returned and r.type.nbytes > 0 and op.kind != "constant"
+            if r not in returned and nominal(r.type).nbytes > 0 and op.kind != "constant"
         }
         read_later = {v for op in f.ops if op not in self.forward for v in op.operands}
         fwd = [op for op in f.ops if op in self.forward]
         self.saved = tuple(r for op in fwd for r in op.results if r in read_later and r in self.size)
         self.units = _articulation_points(fwd, self.saved)
-        self.flops = {op: op_flops(module, op) for op in fwd}
+        at = _nominal_ops(module, f)
+        self.flops = {op: op_flops(module, at.get(op, op)) for op in fwd}
         self.forward_flops = sum(self.flops.values())
 
     def dropped(self, v: Value, keep: frozenset[Value]) -> bool:
@@ -341,6 +346,16 @@ def _peak_steps(blocks: list[Block], peak: int) -> list[int]:
 def _alive_at(b: Block, steps: list[int]) -> bool:
     i = bisect.bisect_left(steps, b.start)
     return i < len(steps) and steps[i] <= b.end
+
+
+def _nominal_ops(module: Module, f: Func) -> dict[Op, Op]:
+    """f's ops -> the same ops of f specialized to NOMINAL sizes (empty when f is static), whose FLOPs count."""
+    from compiler.specialize import is_dynamic, specialize
+
+    if not is_dynamic(f):
+        return {}
+    spec = specialize(module, f, [nominal(a.type).shape for a in f.args])
+    return dict(zip(f.ops, spec.ops))
 
 
 def op_flops(module: Module, op: Op) -> int:

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from compiler.builder import Builder
 from compiler.diagnostics import GCError
-from compiler.ir import DType, Module, Value
+from compiler.ir import DType, Module, Value, known, static
 from compiler.passes import Pass
 from compiler.rewrite import rewrite
 from dialects.graph import creation, nn
@@ -52,6 +52,9 @@ class Winograd(Pass):
         o, c = w.type.shape[:2]
         n, _, oh, ow = op.result.type.shape
         m = self.tile
+        if not static((oh, ow)):  # the output transform's size is an attribute
+            return None
+        n = n if known(n) else 1  # a batch known only at run time has at least one image
         if min(o, c) < self.min_channels or n * wg.tiles(oh, m) * wg.tiles(ow, m) < self.min_tiles:
             return None
         b.loc = op.loc

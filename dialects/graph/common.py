@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import DType, Op, TensorType, Value
+from compiler.ir import DYN, DType, Op, TensorType, Value, known, static
 
 if TYPE_CHECKING:
     from compiler.builder import Builder
@@ -32,12 +33,13 @@ def broadcast_shapes(op: Op, *shapes: tuple[int, ...]) -> tuple[int, ...]:
     rank = max(len(s) for s in shapes)
     out = []
     for i in range(rank):
-        dims = {s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0}
-        dims.discard(1)
-        if len(dims) > 1:
+        dims = [s[len(s) - rank + i] for s in shapes if len(s) - rank + i >= 0]
+        sizes = {d for d in dims if known(d) and d != 1}
+        if len(sizes) > 1:
             pretty = " and ".join("[" + ", ".join(map(str, s)) + "]" for s in shapes)
             raise op.error(f"shapes {pretty} do not broadcast")
-        out.append(dims.pop() if dims else 1)
+        # A `?` beside a size is that size or 1 (checked at run time); beside only 1s and `?`s it stays `?`.
+        out.append(sizes.pop() if sizes else DYN if not static(dims) else 1)
     return tuple(out)
 
 
@@ -84,6 +86,27 @@ def unbroadcast(b: Builder, dy: Value, shape: tuple[int, ...]) -> Value:
     return reshaped(b, dy, shape)
 
 
+def numel(b: Builder, x: Value, axes=None, dtype: DType | None = None) -> Value:
+    """The element count of x over `axes` as a scalar of `dtype` (x's): a constant where those sizes are
+    known, else a graph.numel computed at run time."""
+    dtype = dtype or x.type.dtype
+    shape = x.type.shape
+    sizes = [shape[a % len(shape)] for a in (range(len(shape)) if axes is None else axes)]
+    if static(sizes):
+        return b.constant(np.array(math.prod(sizes)), dtype)
+    return b.numel(x, **({"axes": list(axes)} if axes is not None else {}), dtype=dtype)
+
+
+def broadcast_like(b: Builder, y: Value, x: Value) -> Value:
+    """y broadcast to x's shape (y itself where it has it). With `?` sizes, which a broadcast_to's shape
+    cannot name, a where on x's shape picks y either way."""
+    if y.type.shape == x.type.shape:
+        return y
+    if x.type.is_static:
+        return b.broadcast_to(y, shape=x.type.shape)
+    return b.where(b.equal(x, x), y, y)
+
+
 def cast_to(b: Builder, x: Value, dtype: DType) -> Value:
     """x as `dtype` (x itself when it has that dtype already: no identity cast to clean up)."""
     return x if x.type.dtype == dtype else b.cast(x, dtype=dtype)
@@ -96,7 +119,24 @@ def reshaped(b: Builder, x: Value, shape: tuple[int, ...]) -> Value:
         return x
     if 0 in shape:  # empty: reshape would read a 0 as "keep the input's size here" (ONNX)
         return zeros(b, x.type.with_shape(shape))
-    return b.reshape(x, shape=shape)
+    return b.reshape(x, shape=_spelled(x.type.shape, shape))
+
+
+def _spelled(have: tuple, shape: tuple) -> list[int]:
+    """A reshape's `shape` attribute for a target with `?` sizes: the one `?` as -1; of several, those
+    whose leading dims are x's own (a batch kept) as 0, copying x's size, and one more as -1."""
+    if static(shape):
+        return list(shape)
+    out = [d if known(d) else None for d in shape]
+    unknown = [i for i, d in enumerate(out) if d is None]
+    if len(unknown) > 1:
+        for i in unknown:
+            if i < len(have) and not known(have[i]) and tuple(have[:i]) == tuple(shape[:i]):
+                out[i] = 0
+    rest = [i for i, d in enumerate(out) if d is None]
+    if len(rest) > 1:
+        raise AssertionError(f"a reshape of {have} to {shape} cannot be written with one -1")
+    return [-1 if d is None else d for d in out]
 
 
 def dilate(b: Builder, x: Value, steps: dict[int, int]) -> Value:

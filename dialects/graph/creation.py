@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import difflib
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from compiler.diagnostics import Location
 from compiler.interpreter import run_func
-from compiler.ir import Dense, Func, Module, Op, SymbolRef, TensorType, Value, attribute, operand
+from compiler.ir import Dense, DType, Func, Module, Op, SymbolRef, TensorType, Value, attribute, operand
+from dialects.graph.common import normalize_axes
 
 if TYPE_CHECKING:
     from compiler.builder import Builder
@@ -65,12 +67,12 @@ class Call(Op, name="graph.call"):
         if len(self.operands) != len(f.args):
             raise self.error(f"@{f.name} takes {len(f.args)} argument(s), got {len(self.operands)}")
         for i, (v, a) in enumerate(zip(self.operands, f.args)):
-            if v.type != a.type:
+            if not a.type.fits(v.type):  # a `?` of the callee takes any size
                 raise self.error(f"operand #{i} has type {v.type} but @{f.name} expects {a.type} for %{a.name}")
         if len(self.results) != len(f.result_types):
             raise self.error(f"@{f.name} returns {len(f.result_types)} value(s), got {len(self.results)} result(s)")
         for i, (r, t) in enumerate(zip(self.results, f.result_types)):
-            if r.type != t:
+            if not t.fits(r.type):
                 raise self.error(f"result #{i} has type {r.type} but @{f.name} returns {t}")
         cycle = _call_cycle(module, f, self)
         if cycle:
@@ -147,4 +149,43 @@ def _call_cycle(module: Module, start: Func, call: Call) -> list[Func] | None:
     return None
 
 
-OPS = [Constant, Call]
+# --- numel ------------------------------------------------------------------------------------------
+
+
+class Numel(Op, name="graph.numel"):
+    """The number of elements of x over `axes` (all of them if absent), as a scalar: what a mean divides
+    by, known only at run time where a counted size is `?` (the gradient of a mean over a dynamic batch):
+    %n = graph.numel(%x) {axes = [0], dtype = f32} : tensor<f32>"""
+    precision = "follow"
+
+    x = operand()
+    axes = attribute("ints", None)
+    dtype = attribute(DType, DType.f32)
+
+    def counted(self, shape: tuple) -> tuple:
+        axes = range(len(shape)) if self.axes is None else normalize_axes(self, self.axes, len(shape))
+        return tuple(shape[a] for a in axes)
+
+    def infer(self, x: TensorType) -> TensorType:
+        if self.dtype.is_bool:
+            raise self.error("dtype must be a number type, not i1")
+        self.counted(x.shape)
+        return TensorType((), self.dtype)
+
+    def flops(self) -> int:
+        return 0
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        return np.array(math.prod(self.counted(x.shape)), dtype=self.dtype.np)
+
+    def lower(self, x):
+        from tvm import te, tirx
+
+        n = math.prod(self.counted(self.operands[0].type.shape))
+        return te.compute((), lambda: tirx.const(n, self.dtype.tvm), name="numel")
+
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        return [None]  # a count of elements does not change with their values
+
+
+OPS = [Constant, Call, Numel]

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from compiler.diagnostics import GCError
-from compiler.ir import Op, TensorType, Value, operand
+from compiler.ir import Op, TensorType, Value, differ, operand
 from dialects.graph.common import broadcast_shapes, require_numeric, reshaped, same_dtype, unbroadcast
 
 if TYPE_CHECKING:
@@ -40,7 +40,7 @@ class MatMul(Op, name="graph.matmul"):
         # NumPy: a 1-D a is a row [1, K] and a 1-D b a column [K, 1]; the added dimension is dropped again.
         k_a = a.shape[-1]
         k_b = b.shape[-2] if b.rank >= 2 else b.shape[0]
-        if k_a != k_b:
+        if differ(k_a, k_b):
             raise self.error(f"inner dimensions differ: {k_a} vs {k_b}")
         batch_a, batch_b = a.shape[:-2], b.shape[:-2]
         try:

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import DType, Op, TensorType, Value, operand
-from dialects.graph.common import cast_to, require_float, require_rank, reshaped, same_dtype, scalar
+from compiler.ir import DType, Op, TensorType, Value, differ, operand, shapes_differ
+from dialects.graph.common import cast_to, numel, require_float, require_rank, reshaped, same_dtype, scalar
 
 if TYPE_CHECKING:
     from compiler.builder import Builder
@@ -34,7 +34,7 @@ class SoftmaxCrossEntropy(Op, name="graph.softmax_cross_entropy"):
         if labels.dtype not in (DType.i32, DType.i64):
             raise self.error(f"labels must be i32 or i64 class indices, got {labels}")
         require_rank(self, labels, 1, "labels")
-        if labels.shape[0] != logits.shape[0]:
+        if differ(labels.shape[0], logits.shape[0]):
             raise self.error(f"batch sizes differ: {logits.shape[0]} rows of logits vs {labels.shape[0]} labels")
         return TensorType((), loss_dtype(logits.dtype))
 
@@ -85,7 +85,7 @@ class SoftmaxCrossEntropy(Op, name="graph.softmax_cross_entropy"):
         n, c = logits.type.shape
         classes = b.constant(np.arange(c).reshape(1, c), labels.type.dtype)
         onehot = b.cast(b.equal(reshaped(b, labels, (n, 1)), classes), dtype=logits.type.dtype)
-        scale = cast_to(b, b.div(dy, scalar(b, n, dy)), logits.type.dtype)
+        scale = cast_to(b, b.div(dy, numel(b, logits, [0], dy.type.dtype)), logits.type.dtype)
         return [b.mul(b.sub(b.softmax(logits, axis=1), onehot), scale), None]
 
     def flops(self) -> int:
@@ -104,7 +104,7 @@ class MseLoss(Op, name="graph.mse_loss"):
     def infer(self, a: TensorType, b: TensorType) -> TensorType:
         dtype = same_dtype(self, a, b)
         require_float(self, a)
-        if a.shape != b.shape:
+        if shapes_differ(a.shape, b.shape):
             raise self.error(f"operand shapes differ: {a} vs {b}")
         return TensorType((), loss_dtype(dtype))
 
@@ -136,7 +136,7 @@ class MseLoss(Op, name="graph.mse_loss"):
     def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
         """d/da = 2 (a - b) dy / n and d/db = -d/da."""
         dy = dys[0]
-        scale = cast_to(b, b.div(b.mul(dy, scalar(b, 2, dy)), scalar(b, self.a.type.size, dy)), self.a.type.dtype)
+        scale = cast_to(b, b.div(b.mul(dy, scalar(b, 2, dy)), numel(b, self.a, None, dy.type.dtype)), self.a.type.dtype)
         da = b.mul(b.sub(self.a, self.b), scale)
         return [da, b.neg(da)]
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import Op, TensorType, Value, attribute, operand
+from compiler.ir import DYN, Op, TensorType, Value, attribute, differ, known, operand, shapes_differ
 from dialects.graph.common import (
     dilate,
     extreme_reducer,
@@ -52,6 +52,8 @@ def _require_nchw(op: Op, x: TensorType, what: str = "x") -> None:
 def pool_out(size: int, kernel: int, stride: int, begin: int, end: int, ceil_mode: bool) -> int:
     """Output length along one axis, PyTorch's rule: the last window starts inside input or left padding."""
     span = size + begin + end - kernel
+    if not known(span):
+        return DYN
     out = (-(-span // stride) if ceil_mode else span // stride) + 1
     if ceil_mode and (out - 1) * stride >= size + begin:
         out -= 1
@@ -124,18 +126,18 @@ class Conv2d(Op, name="graph.conv2d"):
             raise self.error(f"groups must be positive, got {g}")
         n, c, h, wd = x.shape
         o, cg, kh, kw = w.shape
-        if c != cg * g:
+        if differ(c, cg * g):
             raise self.error(f"x has {c} channels but w expects {cg} x groups {g} = {cg * g}")
-        if o % g:
+        if known(o) and o % g:
             raise self.error(f"w's {o} output channels are not divisible by groups {g}")
-        if kh < 1 or kw < 1:
+        if any(known(k) and k < 1 for k in (kh, kw)):
             raise self.error(f"the kernel must be at least 1x1, got {kh}x{kw}")
-        if b is not None and b.shape != (o,):
+        if b is not None and (b.rank != 1 or differ(b.shape[0], o)):
             raise self.error(f"bias must have shape [{o}] (w's output channels), got {b}")
         (sh, sw), (dh, dw), (pt, pl, pb, pr) = self.strides, self.dilations, self.padding
         ho = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
         wo = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
-        if ho < 1 or wo < 1:
+        if any(known(d) and d < 1 for d in (ho, wo)):
             raise self.error(
                 f"output size {ho}x{wo} is not positive: the dilated {kh}x{kw} kernel is larger than "
                 f"the padded {h + pt + pb}x{wd + pl + pr} input"
@@ -322,7 +324,7 @@ class Pool2d(Op):
         if max(pt, pb) >= kh or max(pl, pr) >= kw:
             raise self.error(f"padding {list(self.padding)} must be smaller than the kernel {kh}x{kw}")
         n, c, h, w = x.shape
-        if h + pt + pb < kh or w + pl + pr < kw:
+        if (known(h) and h + pt + pb < kh) or (known(w) and w + pl + pr < kw):
             raise self.error(f"the {kh}x{kw} kernel is larger than the padded {h + pt + pb}x{w + pl + pr} input")
         ho = pool_out(h, kh, sh, pt, pb, self.ceil_mode)
         wo = pool_out(w, kw, sw, pl, pr, self.ceil_mode)
@@ -553,7 +555,7 @@ class BatchNorm(Op, name="graph.batch_norm"):
         require_float(self, x, "x")
         c = x.shape[1]
         for name, t in zip(("scale", "bias", "mean", "var"), params):
-            if t.shape != (c,):
+            if shapes_differ(t.shape, (c,)):
                 raise self.error(f"{name} must have shape [{c}] (the channels of x), got {t}")
         return x
 
@@ -622,7 +624,7 @@ class LayerNorm(Op, name="graph.layer_norm"):
         require_float(self, x, "x")
         dims = x.shape[axis:]
         for name, t in (("scale", scale), ("bias", bias)):
-            if t.shape != dims:
+            if shapes_differ(t.shape, dims):
                 want = "[" + ", ".join(map(str, dims)) + "]"
                 raise self.error(f"{name} must have shape {want} (x's dims from axis {self.axis}), got {t}")
         return x

@@ -11,8 +11,24 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import DType, Op, TensorType, Value, attribute, operand
-from dialects.graph.common import extreme_reducer, normalize_axes, normalize_axis, require_numeric, reshaped, scalar
+from compiler.ir import (
+    DType,
+    Op,
+    TensorType,
+    Value,
+    attribute,
+    operand,
+)
+from dialects.graph.common import (
+    broadcast_like,
+    extreme_reducer,
+    normalize_axes,
+    normalize_axis,
+    numel,
+    require_numeric,
+    reshaped,
+    scalar,
+)
 
 if TYPE_CHECKING:
     from compiler.builder import Builder
@@ -65,9 +81,8 @@ class Reduce(Op):
             return [b.mul(dy, _product_of_the_others(b, x, self.reduced_axes(x.type.rank)))]
         if isinstance(self, (ReduceSum, ReduceMean)):
             if isinstance(self, ReduceMean):
-                n = int(np.prod([x.type.shape[a] for a in self.reduced_axes(x.type.rank)], dtype=np.int64))
-                dy = b.div(dy, scalar(b, n, dy))
-            return [dy if dy.type.shape == x.type.shape else b.broadcast_to(dy, shape=x.type.shape)]
+                dy = b.div(dy, numel(b, x, self.reduced_axes(x.type.rank), dy.type.dtype))
+            return [broadcast_like(b, dy, x)]
         hit = b.cast(b.equal(x, self.kept(b, self.result)), dtype=x.type.dtype)
         count = b.reduce_sum(hit, axes=self.reduced_axes(x.type.rank), keepdims=True)
         return [b.mul(b.div(dy, count), hit)]

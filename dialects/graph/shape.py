@@ -12,7 +12,18 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import DType, Op, TensorType, Value, attribute, operand
+from compiler.ir import (
+    DYN,
+    DType,
+    Op,
+    TensorType,
+    Value,
+    attribute,
+    differ,
+    known,
+    operand,
+    static,
+)
 from dialects.graph.common import (
     broadcast_shapes,
     dilate,
@@ -126,18 +137,23 @@ class Reshape(Regroup, name="graph.reshape"):
             if d == 0 and i >= rank:
                 raise self.error(f"shape {want}: 0 at position {i} copies an input size, but the input has rank {rank}")
             out.append(in_shape[i] if d == 0 else d)
-        n = math.prod(in_shape)
-        known = math.prod(d for d in out if d != -1)
+        # A `?` that a 0 copies is a factor of both sides and cancels; any other `?` of the input leaves the
+        # element count to run time (and -1 is then `?`).
+        copied = {i for i, d in enumerate(self.shape) if d == 0 and not known(in_shape[i])}
+        if any(not known(d) and i not in copied for i, d in enumerate(in_shape)):
+            return tuple(DYN if d == -1 else d for d in out)
+        n = math.prod(d for d in in_shape if known(d))
+        sizes = math.prod(d for d in out if d != -1 and known(d))
         if -1 not in out:
-            if known != n:
-                raise self.error(f"cannot reshape {_dims(in_shape)} ({n} elements) to {want} ({known} elements)")
+            if sizes != n:
+                raise self.error(f"cannot reshape {_dims(in_shape)} ({n} elements) to {want} ({sizes} elements)")
             return tuple(out)
-        if known == 0:
+        if sizes == 0:
             raise self.error(f"shape {want}: -1 is ambiguous when the other sizes multiply to 0")
-        if n % known:
-            why = f"{n} is not divisible by {known}"
+        if n % sizes:
+            why = f"{n} is not divisible by {sizes}"
             raise self.error(f"cannot reshape {_dims(in_shape)} ({n} elements) to {want}: {why}")
-        out[out.index(-1)] = n // known
+        out[out.index(-1)] = n // sizes
         return tuple(out)
 
     def infer(self, x: TensorType) -> TensorType:
@@ -225,7 +241,7 @@ class Concat(ShapeOp, name="graph.concat"):
             if t.rank != first.rank:
                 raise self.error(f"operand #{i} has rank {t.rank} but operand #0 has rank {first.rank}")
             for d in range(first.rank):
-                if d != axis and t.shape[d] != first.shape[d]:
+                if d != axis and differ(t.shape[d], first.shape[d]):
                     raise self.error(
                         f"operand #{i} has shape {_dims(t.shape)} but operand #0 has {_dims(first.shape)}: "
                         f"dimension {d} differs ({t.shape[d]} vs {first.shape[d]}); only axis {axis} may differ"
@@ -291,7 +307,7 @@ class Split(ShapeOp, name="graph.split"):
             raise self.error("sections is empty: a split needs at least one section")
         if any(s < 0 for s in self.sections):
             raise self.error(f"sections {list(self.sections)} has a negative size")
-        if sum(self.sections) != x.shape[axis]:
+        if differ(sum(self.sections), x.shape[axis]):
             raise self.error(
                 f"sections {list(self.sections)} sum to {sum(self.sections)} but axis {axis} has size {x.shape[axis]}"
             )
@@ -368,6 +384,9 @@ class Slice(ShapeOp, name="graph.slice"):
             if step == 0:
                 raise self.error(f"step for axis {a} is 0")
             d = shape[a]
+            if not known(d):  # its length is known at run time (None here; infer says ?)
+                out[a] = None
+                continue
             start = start + d if start < 0 else start
             end = end + d if end < 0 else end
             if step > 0:
@@ -378,7 +397,8 @@ class Slice(ShapeOp, name="graph.slice"):
 
     def infer(self, x: TensorType) -> TensorType:
         plan = self.plan(x.shape)
-        return x.with_shape(tuple(len(plan[a]) if a in plan else d for a, d in enumerate(x.shape)))
+        return x.with_shape(tuple((DYN if plan[a] is None else len(plan[a])) if a in plan else d
+                                  for a, d in enumerate(x.shape)))
 
     def reference(self, x: np.ndarray) -> np.ndarray:
         for a, r in self.plan(x.shape).items():
@@ -463,10 +483,12 @@ class Squeeze(Regroup, name="graph.squeeze"):
 
     def dropped(self, shape: tuple[int, ...]) -> tuple[int, ...]:
         if self.axes is None:
+            if not static(shape):
+                raise self.error(f"without axes, which axes of {_dims(shape)} are 1 is known only at run time: name them")
             return tuple(i for i, d in enumerate(shape) if d == 1)
         axes = _axes(self, self.axes, len(shape))
         for a in axes:
-            if shape[a] != 1:
+            if differ(shape[a], 1):  # a `?` named here must be 1 at run time
                 raise self.error(f"cannot squeeze axis {a} of size {shape[a]} (shape {_dims(shape)})")
         return axes
 
@@ -553,7 +575,7 @@ class Pad(ShapeOp, name="graph.pad"):
         shape = []
         for a, (d, lo, hi) in enumerate(zip(x.shape, self.pads[:r], self.pads[r:])):
             crop = max(-lo, 0) + max(-hi, 0)
-            if crop > d:
+            if known(d) and crop > d:
                 raise self.error(f"pads {list(self.pads)} crop {crop} elements from axis {a} of size {d}")
             shape.append(d + lo + hi)
         return x.with_shape(shape)

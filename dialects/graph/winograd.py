@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import Op, TensorType, Value, attribute, operand
+from compiler.ir import Op, TensorType, Value, attribute, differ, known, operand, shapes_differ
 from dialects.graph.common import require_float, reshaped
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class WinogradInput(Op, name="graph.winograd_input"):
         if len(self.padding) != 4 or any(p < 0 for p in self.padding):
             raise self.error(f"padding must be 4 non-negative entries, got {list(self.padding)}")
         oh, ow, th, tw = self._grid()
-        if oh < 1 or ow < 1:
+        if any(known(d) and d < 1 for d in (oh, ow)):
             raise self.error(f"the padded {x.shape[2]}x{x.shape[3]} input is smaller than the 3x3 window")
         return x.with_shape(((self.tile + 2) ** 2, x.shape[0] * th * tw, x.shape[1]))
 
@@ -214,16 +214,16 @@ class WinogradOutput(Op, name="graph.winograd_output"):
 
     def infer(self, mt: TensorType, b: TensorType | None) -> TensorType:
         _check_tile(self)
-        if mt.rank != 3 or mt.shape[0] != (self.tile + 2) ** 2:
+        if mt.rank != 3 or differ(mt.shape[0], (self.tile + 2) ** 2):
             raise self.error(f"m must be [{(self.tile + 2) ** 2}, tiles, channels] for tile {self.tile}, got {mt}")
         require_float(self, mt, "m")
         if len(self.size) != 2 or min(self.size) < 1:
             raise self.error(f"size must be 2 positive entries (rows, columns), got {list(self.size)}")
         oh, ow, th, tw = self._grid()
-        if mt.shape[1] % (th * tw):
+        if known(mt.shape[1]) and mt.shape[1] % (th * tw):
             raise self.error(f"{mt.shape[1]} tiles are no whole number of {oh}x{ow} maps ({th * tw} tiles each)")
         o = mt.shape[2]
-        if b is not None and (b.shape != (o,) or b.dtype != mt.dtype):
+        if b is not None and (shapes_differ(b.shape, (o,)) or b.dtype != mt.dtype):
             raise self.error(f"bias must be tensor<{o}x{mt.dtype}>, got {b}")
         return mt.with_shape((mt.shape[1] // (th * tw), o, oh, ow))
 

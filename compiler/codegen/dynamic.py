@@ -1,0 +1,176 @@
+"""A compiled model of a function with `?` sizes (the contract's v2): one callable, and one artifact, for
+every size.
+
+Each distinct set of argument shapes is compiled at its first call: the module specialized to those sizes
+(compiler/specialize.py: every type re-inferred, sizes that must agree checked, with a diagnostic naming
+the argument), then the same compile a static module gets, through the compile cache, so a size compiled
+once on a machine compiles again in well under a second. Later calls at that size cost what the static
+model's do: the kernels, the memory plan (at the 1.05x bound of that size) and the schedules are those of
+the static function. What this does not do yet is one kernel for every size (TVM kernels with symbolic
+extents): the first call at a new size pays a compile (docs/architecture.md, issue 18).
+
+The artifact (`save`, `compiler.load`) is a zip like a .gcpkg (artifact.py) with the module's text as
+given (source.gir), the bound weights (params.npz), the compile options (dynamic.json) and every size
+compiled so far, each a whole static .gcpkg (size-<i>.gcpkg): a deployment warmed at its sizes before
+saving compiles nothing when loaded.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import tempfile
+import threading
+import zipfile
+from dataclasses import asdict
+from pathlib import Path
+
+import numpy as np
+
+from compiler.diagnostics import GCError
+
+
+class DynamicModel:
+    """Call it with NumPy arrays (positional or by argument name) of any sizes its `?` dimensions allow; it
+    returns a list of NumPy arrays. Thread-safe: a size's compile happens once, under a lock."""
+
+    def __init__(self, text: str, options, params: dict[str, np.ndarray] | None, name: str = "<text>"):
+        from compiler.parser import parse
+        from compiler.specialize import is_dynamic
+
+        self.text, self.options, self.name = text, options, name
+        self.params = dict(params or {})
+        self.module = parse(text, name)
+        f = self.module[options.entry]
+        if not is_dynamic(f):
+            raise GCError(f"@{f.name} has no ? sizes: compile it as a static model")
+        self.func = f
+        self.arg_names = [a.name for a in f.args if a.name not in self.params]
+        self.arg_types = [a.type for a in f.args if a.name not in self.params]
+        self.source = text
+        self.compile_seconds: float | None = None
+        self.from_cache = False
+        self._models: dict[tuple, object] = {}
+        self._lock = threading.Lock()
+
+    @property
+    def sizes(self) -> list[tuple]:
+        """The argument shapes compiled so far (the data arguments', in order)."""
+        return list(self._models)
+
+    def model_for(self, shapes: list[tuple[int, ...]]):
+        """The static CompiledModel of these data argument shapes, compiled at the first request."""
+        key = tuple(tuple(int(d) for d in s) for s in shapes)
+        model = self._models.get(key)
+        if model is None:
+            with self._lock:
+                model = self._models.get(key)
+                if model is None:
+                    model = self._models[key] = self._compile(key)
+        return model
+
+    def _compile(self, key: tuple):
+        from compiler import driver
+        from compiler.printer import print_module
+        from compiler.specialize import specialize_module
+
+        by_name = dict(zip(self.arg_names, key))
+        shapes = [by_name[a.name] if a.name in by_name else self.params[a.name].shape for a in self.func.args]
+        static = specialize_module(self.module, self.options.entry, shapes)
+        return driver.compile(print_module(static), self.options, params=self.params or None, name=self.name)
+
+    def _bind(self, args, kwargs) -> list[np.ndarray]:
+        from compiler.interpreter import bind_inputs
+        from compiler.ir import Func
+
+        data = Func(self.func.name, [a for a in self.func.args if a.name not in self.params], [])
+        if args and kwargs:
+            raise GCError("pass the inputs either by position or by name, not both")
+        return bind_inputs(data, dict(kwargs) if kwargs else list(args))
+
+    def __call__(self, *args, **kwargs) -> list[np.ndarray]:
+        inputs = self._bind(args, kwargs)
+        return self.model_for([x.shape for x in inputs])(*inputs)
+
+    def run_into(self, outputs: list[np.ndarray], *args, **kwargs) -> list[np.ndarray]:
+        inputs = self._bind(args, kwargs)
+        return self.model_for([x.shape for x in inputs]).run_into(outputs, *inputs)
+
+    def profile(self, *args, **kwargs):
+        inputs = self._bind(args, {k: v for k, v in kwargs.items() if k in self.arg_names})
+        rest = {k: v for k, v in kwargs.items() if k not in self.arg_names}
+        return self.model_for([x.shape for x in inputs]).profile(*inputs, **rest)
+
+    @property
+    def plan(self):
+        """The plan of the one size compiled so far (a dynamic model has one per size)."""
+        if len(self._models) != 1:
+            raise GCError(f"a model with ? sizes has a plan per size; {len(self._models)} compiled so far")
+        return next(iter(self._models.values())).plan
+
+    # -- the artifact --
+
+    def save(self, path: str | Path) -> None:
+        """Write the model, and every size compiled so far, as one zip at `path`, atomically."""
+        from compiler import __version__
+        from compiler.codegen.artifact import DYNAMIC_FORMAT
+        from compiler.files import check_writable, write_atomic
+
+        check_writable(path)
+        members: dict[str, bytes] = {"source.gir": self.text.encode()}
+        buf = io.BytesIO()
+        np.savez(buf, **self.params)
+        members["params.npz"] = buf.getvalue()
+        sizes = []
+        with tempfile.TemporaryDirectory() as tmp:
+            for i, (key, model) in enumerate(self._models.items()):
+                p = Path(tmp) / f"{i}.gcpkg"
+                model.save(p)
+                members[f"size-{i}.gcpkg"] = p.read_bytes()
+                sizes.append([list(s) for s in key])
+        members["dynamic.json"] = json.dumps({"options": asdict(self.options), "name": self.name,
+                                              "sizes": sizes}).encode()
+        manifest = {"format": DYNAMIC_FORMAT, "gc": __version__,
+                    "sha256": {k: hashlib.sha256(v).hexdigest() for k, v in members.items()}}
+
+        def write(fh) -> None:
+            with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as z:
+                z.writestr("manifest.json", json.dumps(manifest, indent=1))
+                for k, v in members.items():
+                    z.writestr(k, v)
+
+        write_atomic(path, write)
+
+    @staticmethod
+    def load(path: str | Path, members: dict[str, bytes]) -> DynamicModel:
+        """The model of an artifact whose checked members (name -> bytes) are given (artifact.load reads
+        and checks the zip): its source is parsed and verified as any GIR, its weights must fit."""
+        from compiler import driver
+        from compiler.codegen import artifact
+
+        try:
+            meta = json.loads(members["dynamic.json"])
+            options = driver.Options(**meta["options"])
+            with np.load(io.BytesIO(members["params.npz"]), allow_pickle=False) as z:
+                params = {k: z[k] for k in z.files}
+            sizes = [tuple(tuple(int(d) for d in s) for s in key) for key in meta["sizes"]]
+        except (KeyError, TypeError, ValueError, json.JSONDecodeError, zipfile.BadZipFile) as e:
+            raise GCError(f"{path}: a damaged dynamic artifact ({type(e).__name__}: {e})") from None
+        try:
+            text = members["source.gir"].decode("utf-8")
+        except UnicodeDecodeError:
+            raise GCError(f"{path}: source.gir is not UTF-8 text") from None
+        model = DynamicModel(text, options, None, str(meta.get("name", path)))
+        driver.bind_params(model.module.clone(), options.entry, params)  # names, shapes and dtypes checked
+        model.params = params
+        model.arg_names = [a.name for a in model.func.args if a.name not in params]
+        model.arg_types = [a.type for a in model.func.args if a.name not in params]
+        if set(members) != {"source.gir", "params.npz", "dynamic.json", *(f"size-{i}.gcpkg" for i in range(len(sizes)))}:
+            raise GCError(f"{path}: its sizes and its size-<i>.gcpkg members differ")
+        with tempfile.TemporaryDirectory() as tmp:
+            for i, key in enumerate(sizes):
+                p = Path(tmp) / f"{i}.gcpkg"
+                p.write_bytes(members[f"size-{i}.gcpkg"])
+                model._models[key] = artifact.load(p)
+        return model

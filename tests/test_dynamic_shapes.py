@@ -1,0 +1,248 @@
+"""Dynamic dimensions (`?`, the contract's v2): types, shape rules with sizes known only at run time,
+and running a function at the sizes its arguments bring."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from compiler.diagnostics import GCError
+from compiler.ir import DYN, TensorType, Value, known
+from compiler.parser import parse, parse_file
+
+OPS = parse_file(ROOT / "tests" / "gir" / "graph" / "ops.gir")
+CASES = [(f.name, n, op) for f in OPS for n, op in enumerate(f.ops)]
+
+
+def _with_dim_dynamic(op, operand: int, axis: int):
+    """A copy of `op` whose operand `operand` has dimension `axis` made `?`."""
+    operands = [Value(v.type, v.name) for v in op.operands]
+    t = operands[operand].type
+    operands[operand].type = t.with_shape(DYN if a == axis else d for a, d in enumerate(t.shape))
+    return type(op)(operands, dict(op.attrs), [r.type for r in op.results], op.loc)
+
+
+@pytest.mark.parametrize("func, n, op", CASES, ids=[f"{f}-{n}-{op.name}" for f, n, op in CASES])
+def test_every_shape_rule_takes_a_dimension_known_only_at_run_time(func, n, op) -> None:
+    """Each operand dimension of every op in ops.gir made `?` in turn: the rule neither raises nor says
+    more than it knows (a result size is the static one or `?`) and keeps ranks and dtypes."""
+    static = op.infer_types()
+    for i, v in enumerate(op.operands):
+        for axis in range(v.type.rank):
+            if v.owner is not None and getattr(v.owner, "name", "") == "graph.constant":
+                continue  # a constant's sizes are always known
+            try:
+                got = _with_dim_dynamic(op, i, axis).infer_types()
+            except GCError as e:
+                if op.name == "graph.squeeze" and op.axes is None:
+                    assert "known only at run time" in str(e)  # the rank itself would depend on the size
+                    continue
+                raise AssertionError(f"operand {i} axis {axis} as ?: {e}") from None
+            for s, g in zip(static, got, strict=True):
+                assert g.dtype == s.dtype and g.rank == s.rank, (i, axis, s, g)
+                assert all(not known(b) or b == a for a, b in zip(s.shape, g.shape)), (i, axis, s, g)
+
+
+@pytest.mark.parametrize("func, n, op", CASES, ids=[f"{f}-{n}-{op.name}" for f, n, op in CASES])
+def test_every_shape_rule_takes_every_dimension_unknown(func, n, op) -> None:
+    """All operand dimensions `?` at once (constants keep theirs): ranks and dtypes are still known."""
+    operands = [Value(v.type if getattr(v.owner, "name", "") == "graph.constant"
+                      else v.type.with_shape((DYN,) * v.type.rank), v.name) for v in op.operands]
+    try:
+        got = type(op)(operands, dict(op.attrs), [r.type for r in op.results], op.loc).infer_types()
+    except GCError as e:
+        assert op.name == "graph.squeeze" and op.axes is None and "known only at run time" in str(e)
+        return
+    for s, g in zip(op.infer_types(), got, strict=True):
+        assert g.dtype == s.dtype and g.rank == s.rank
+        assert all(not known(b) or b == a for a, b in zip(s.shape, g.shape))
+
+
+def test_types_with_question_marks_round_trip() -> None:
+    text = ("func @main(%x: tensor<?x784xf32>, %s: tensor<1x?x?xi64>) -> tensor<?x784xf32> {\n"
+            "  %y = graph.relu(%x) : tensor<?x784xf32>\n  return %y\n}\n")
+    m = parse(text)
+    assert m["main"].args[0].type == TensorType((DYN, 784), m["main"].args[0].type.dtype)
+    assert str(m).strip() == text.strip()
+    assert str(parse(str(m))) == str(m)
+
+
+# --- the examples with a dynamic batch or sequence --------------------------------------------------
+
+import re  # noqa: E402
+
+from compiler.inputs import random_inputs  # noqa: E402
+from compiler.interpreter import run  # noqa: E402
+from compiler.pipeline import PIPELINES, run_pipeline  # noqa: E402
+
+_MLP, _CNN, _TF = ((ROOT / "examples" / f).read_text() for f in ("mlp.gir", "cnn.gir", "transformer.gir"))
+
+
+def _transformer(n) -> str:
+    """The transformer block at sequence n (`?`: any): its reshapes keep the sequence with 0."""
+    text = re.sub(r"(?<=[<x])128(?=x)", str(n), _TF)
+    return text.replace("shape = [128, ", "shape = [0, " if n == "?" else f"shape = [{n}, ")
+
+
+EXAMPLES = {  # name -> (GIR at size n, sizes to run)
+    "mlp": (lambda n: _MLP.replace("tensor<64x", f"tensor<{n}x"), [1, 5, 64]),
+    "cnn": (lambda n: re.sub(r"tensor<1x", f"tensor<{n}x", _CNN), [1, 3]),
+    "transformer": (_transformer, [1, 7, 32]),
+}
+
+
+def _inputs(static_text: str, seed: int = 0) -> dict[str, np.ndarray]:
+    m = parse(static_text)
+    return random_inputs(m["main"], seed, m)
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_a_dynamic_example_runs_at_every_size_as_the_static_one(name) -> None:
+    at, sizes = EXAMPLES[name]
+    dyn = parse(at("?"))
+    assert not dyn["main"].args[0].type.is_static
+    for n in sizes:
+        x = _inputs(at(n))
+        want = run(parse(at(n)), x)
+        got = run(dyn, x)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("pipeline", ["O1", "O2", "compile-llvm", "compile-cuda"])
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_graph_passes_keep_a_dynamic_example_right_at_every_size(name, pipeline) -> None:
+    at, sizes = EXAMPLES[name]
+    dyn = parse(at("?"))
+    run_pipeline(dyn, PIPELINES[pipeline])
+    assert not dyn["main"].args[0].type.is_static
+    for n in sizes[:2]:
+        x = _inputs(at(n))
+        for g, w in zip(run(dyn, x), run(parse(at(n)), x), strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_graph_passes_with_bound_weights_keep_a_dynamic_example_right(name) -> None:
+    """Weights bound as constants (what `gc compile --params` does): folding, pad-channels and Winograd see
+    a dynamic batch or sequence beside static weights."""
+    from compiler.driver import bind_params
+
+    at, sizes = EXAMPLES[name]
+    x = _inputs(at(sizes[1]))
+    data = next(iter(x))
+    dyn = parse(at("?"))
+    bind_params(dyn, "main", {k: v for k, v in x.items() if k != data})
+    run_pipeline(dyn, PIPELINES["compile-llvm"])
+    static = parse(at(sizes[1]))
+    np.testing.assert_allclose(run(dyn, {data: x[data]})[0], run(static, x)[0], rtol=1e-4, atol=1e-4)
+
+
+_TRAIN = (ROOT / "examples" / "train_mlp.gir").read_text()
+
+
+@pytest.mark.parametrize("pipeline", ["autodiff", "make-train-step", "make-train-step,remat", "mixed-precision",
+                                      "make-train-step{loss-scale=1024},mixed-precision,O2"])
+def test_training_passes_with_a_dynamic_batch(pipeline) -> None:
+    """Autodiff and a training step of the MLP with its batch `?`: the gradients' sums over the batch
+    (the bias's), the loss's mean and the updates are those of the static MLP at each batch."""
+    at = lambda n: _TRAIN.replace("tensor<64", f"tensor<{n}")  # noqa: E731
+    dyn = parse(at("?"))
+    run_pipeline(dyn, ",".join(PIPELINES.get(p, p) for p in pipeline.split(",")))
+    for n in (3, 8):
+        static = parse(at(n))
+        run_pipeline(static, ",".join(PIPELINES.get(p, p) for p in pipeline.split(",")))
+        for f in (f for f in static if not f.name.startswith("fused_")):
+            x = random_inputs(f, 0, static)
+            tol = 5e-2 if "mixed" in pipeline else 1e-5
+            for g, w in zip(run(dyn, x, f.name), run(static, x, f.name), strict=True):
+                np.testing.assert_allclose(g, w, rtol=tol, atol=tol)
+
+
+# --- compiled, and the command line ---------------------------------------------------------------
+
+from helpers import gc, gc_here  # noqa: E402
+
+import compiler  # noqa: E402
+
+_DYN_MLP = EXAMPLES["mlp"][0]("?")
+
+
+@pytest.mark.parametrize("name", EXAMPLES)
+def test_a_compiled_dynamic_example_matches_the_interpreter_at_every_size(name, tmp_path) -> None:
+    """One compile, called at several sizes (a size again after others), saved and loaded with the sizes it
+    has compiled: each result is the interpreter's at that size."""
+    at, sizes = EXAMPLES[name]
+    first = _inputs(at(sizes[0]))
+    data = next(iter(first))
+    weights = {k: v for k, v in first.items() if k != data}
+    x = {n: {**_inputs(at(n)), **weights} for n in sizes}  # one set of weights
+    model = compiler.compile(at("?"), "llvm", params=weights)
+    for n in [*sizes, sizes[0]]:
+        (got,) = model(x[n][data])
+        (want,) = run(parse(at(n)), x[n])
+        np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-4)
+    model.save(tmp_path / "m.gcpkg")
+    loaded = compiler.load(tmp_path / "m.gcpkg")
+    assert loaded.sizes == model.sizes
+    np.testing.assert_array_equal(loaded(**{data: x[sizes[1]][data]})[0], model(x[sizes[1]][data])[0])
+
+
+def test_a_mismatch_at_run_time_names_the_argument_and_dimension_on_every_target() -> None:
+    text = ("func @main(%a: tensor<?x4xf32>, %b: tensor<?x4xf32>) -> tensor<?x4xf32> {\n"
+            "  %y = graph.add(%a, %b)\n  return %y\n}\n")
+    a, b = np.ones((3, 4), np.float32), np.ones((5, 4), np.float32)
+    for call in (lambda: run(parse(text), [a, b]), lambda: compiler.compile(text, "llvm")(a, b)):
+        with pytest.raises(GCError) as e:
+            call()
+        msg = str(e.value)
+        assert "do not broadcast" in msg and "2:8" in msg
+        assert "%a is tensor<?x4xf32>; this call gives it 3x4 (dimension 0 = 3)" in msg
+        assert "%b is tensor<?x4xf32>; this call gives it 5x4 (dimension 0 = 5)" in msg
+    with pytest.raises(GCError, match=r"input 'a' has shape \[3, 5\] but %a is tensor<\?x4xf32>"):
+        compiler.compile(text, "llvm")(np.ones((3, 5), np.float32), b)
+
+
+def test_gc_run_takes_sizes_from_the_inputs_or_from_shape(tmp_path, capsys) -> None:
+    src = tmp_path / "mlp.gir"
+    src.write_text(_DYN_MLP)
+    rc, out, _ = gc_here(capsys, "run", src, "--random-inputs", "0", "--shape", "x=5x784")
+    assert rc == 0 and out.startswith("result0: tensor<5x10xf32>")
+    rc, out2, _ = gc_here(capsys, "run", src, "--random-inputs", "0", "--shape", "x=5x784", "--target", "llvm")
+    assert rc == 0 and out2.split()[:2] == out.split()[:2]
+    r = gc("run", str(src), "--random-inputs", "0")
+    assert r.returncode == 1 and "give its sizes" in r.stderr and "--shape x=" in r.stderr
+    r = gc("run", str(src), "--random-inputs", "0", "--shape", "x=5x783")
+    assert r.returncode == 1 and "does not fit tensor<?x784xf32>" in r.stderr
+    r = gc("run", str(src), "--random-inputs", "0", "--shape", "y=5x784")
+    assert r.returncode == 1 and "not an argument" in r.stderr
+
+
+def test_gc_compile_makes_one_artifact_for_every_size(tmp_path) -> None:
+    src = tmp_path / "mlp.gir"
+    src.write_text(_DYN_MLP)
+    r = gc("compile", str(src), "-o", str(tmp_path / "m.gcpkg"))
+    assert r.returncode == 0, r.stderr
+    assert "each compiles at its first call" in r.stderr
+    for n in (2, 7):
+        r = gc("run", str(tmp_path / "m.gcpkg"), "--random-inputs", "1", "--shape", f"x={n}x784")
+        assert r.returncode == 0 and r.stdout.startswith(f"result0: tensor<{n}x10xf32>"), r.stderr
+    r = gc("compile", str(src), "--emit", "tir")
+    assert r.returncode == 1 and "known only at run time" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_gc_stats_gives_sizes_as_polynomials_of_n(tmp_path) -> None:
+    src = tmp_path / "t.gir"
+    src.write_text(_transformer("?"))
+    r = gc("stats", str(src), "--json")
+    stats = __import__("json").loads(r.stdout)
+    assert stats["sizes"].startswith("every ? = n")
+    for n in (7, 32):
+        static = parse(_transformer(n))
+        from compiler.stats import module_stats
+        want = module_stats(static, memory=False)
+        coeffs = stats["expressions"]["flops"]
+        got = eval(coeffs.replace(",", "").replace("·n²", f"*{n}**2").replace("·n", f"*{n}"))  # noqa: S307
+        assert got == want["flops"]
+    assert "n²" in stats["expressions"]["flops"]  # attention's scores: a sequence squared

@@ -23,6 +23,7 @@ from compiler.cli import main
 from compiler.diagnostics import GCError
 from compiler.importers.onnx import import_onnx
 from compiler.importers.onnx_ops import CONVERTERS
+from compiler.ir import DYN
 from compiler.verifier import verify_module
 
 RNG = np.random.default_rng(0)
@@ -823,10 +824,30 @@ def test_graph_output_known_at_import_is_a_constant() -> None:
     np.testing.assert_array_equal(y, [2, 3, 4])
 
 
-def test_symbolic_batch_dimension_defaults_to_one() -> None:
-    model = make_model([node("Relu", ["x"])], X, ["y"])
+def test_named_axes_stay_dynamic() -> None:
+    """The contract's v2: a named (symbolic) axis is `?` unless --input-shape pins it; the module runs at
+    any size there."""
+    w = rand(4, 5)
+    model = make_model([node("Relu", ["x"], ["r"]), node("MatMul", ["r", "w"])], {**X, "w": w}, ["y"])
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
-    assert import_onnx(model).module["main"].args[0].type.shape == (1, 3, 4)
+    model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "seq"
+    imported = import_onnx(model)
+    f = imported.module["main"]
+    assert f.args[0].type.shape == (DYN, DYN, 4) and f.results[0].type.shape == (DYN, DYN, 5)
+    assert imported.note == ""
+    x = rand(3, 7, 4)
+    (y,) = compiler.run(imported.module, {"x": x, "w": w})
+    np.testing.assert_allclose(y, np.maximum(x, 0) @ w, rtol=1e-6)
+
+
+def test_a_size_read_at_import_keeps_the_named_axes_static_with_a_note() -> None:
+    """GIR has no shape values yet: a Shape of a named axis makes the import as before (a leading axis
+    at 1), and says why."""
+    model = make_model([node("Shape", ["x"], ["s"]), node("Reshape", ["x", "s"])], X, ["y"])
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    imported = import_onnx(model)
+    assert imported.module["main"].args[0].type.shape == (1, 3, 4)
+    assert "kept the named axes 'batch' (x[0]) static: node 0 (Shape) reads the size of one" in imported.note
 
 
 def test_input_shape_gives_symbolic_dimensions() -> None:
@@ -866,8 +887,8 @@ def test_graph_op_diagnostic_names_the_node() -> None:
     assert msg.startswith("<model>: error: node 0: MatMul (opset 17): graph.matmul: inner dimensions differ: 3 vs 4")
 
 
-def test_symbolic_inner_dimension_without_input_shape_is_an_error() -> None:
-    model = make_model([node("Relu", ["x"])], X, ["y"])
+def test_symbolic_inner_dimension_kept_static_without_input_shape_is_an_error() -> None:
+    model = make_model([node("Size", ["x"], ["n"]), node("Relu", ["x"])], X, ["y"])
     model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "seq"
     msg = import_error(model)
     assert "input 'x' has the symbolic dimension 'seq' at position 2: give its size with --input-shape x=2x3xN" in msg

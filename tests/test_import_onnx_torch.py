@@ -99,12 +99,30 @@ NETS = {
 }
 
 
-def export(net: nn.Module, x) -> bytes:
+def export(net: nn.Module, x, dynamic_axes: dict | None = None) -> bytes:
     f = io.BytesIO()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter is deprecated in favour of dynamo
-        torch.onnx.export(net, (x,), f, dynamo=False, input_names=["x"], output_names=["y"])
+        torch.onnx.export(net, (x,), f, dynamo=False, input_names=["x"], output_names=["y"], dynamic_axes=dynamic_axes)
     return f.getvalue()
+
+
+@pytest.mark.parametrize("name", ["conv-bn", "mlp"])
+def test_a_dynamic_batch_imports_as_a_question_mark_and_runs_at_every_batch(name: str) -> None:
+    """Exported with a named batch axis: gc keeps it `?` (the contract's v2), and one compile runs every batch
+    as torch does."""
+    torch.manual_seed(0)
+    cls, shape = NETS[name]
+    net = cls().eval()
+    imported = import_onnx(onnx.load_from_string(export(net, torch.randn(*shape), {"x": {0: "batch"}, "y": {0: "batch"}})))
+    assert imported.note == ""
+    assert not imported.module["main"].args[0].type.is_static
+    model = compiler.compile(imported.module, "llvm", params=imported.weights)
+    for batch in (1, 3, shape[0]):
+        x = torch.randn(batch, *shape[1:])
+        with torch.no_grad():
+            expected = net(x).numpy()
+        np.testing.assert_allclose(model(x=x.numpy())[0], expected, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize("name", NETS)

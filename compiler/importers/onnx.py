@@ -2,8 +2,9 @@
 
 The graph is walked in node order. Each node becomes graph ops through the converter of its op type
 (onnx_ops.py), and every op's own `infer` gives the shapes, so a mismatch is reported at the node where
-it happens; value_info is never trusted. Shapes are static: a symbolic dimension needs `--input-shape`,
-except a leading one (the batch), which is 1.
+it happens; value_info is never trusted. A named (symbolic) axis is `?` unless `--input-shape` pins it;
+where the import must read such a size itself (Shape, Size), the axes are kept static instead (a
+leading one at 1, any other needing `--input-shape`) and `Imported.note` says why.
 
 Values known at import time (Constant, Shape of a static shape, integer and scalar initializers, and what
 is computed from those alone) are also evaluated on the interpreter, so that the inputs ONNX passes as
@@ -36,7 +37,7 @@ from compiler.builder import Builder
 from compiler.diagnostics import Diagnostic, GCError, printable
 from compiler.files import check_writable, write_atomic
 from compiler.inputs import save_npz
-from compiler.ir import DType, Func, Module, Op, TensorType, Value
+from compiler.ir import DYN, DType, Func, Module, Op, TensorType, Value, known
 from compiler.parser import parse
 from compiler.printer import print_module
 from compiler.rewrite import erase_dead_ops
@@ -96,6 +97,7 @@ class Imported:
     module: Module
     text: str
     weights: dict[str, np.ndarray]
+    note: str = ""  # why named axes were kept at a size rather than `?`, if they were
 
     def write(self, gir_path: str | Path) -> Path | None:
         """Write the .gir, and the weights (if any) as an .npz beside it; returns the .npz's path."""
@@ -125,11 +127,27 @@ def import_onnx(
     else:
         file, model = file or "<model>", source
     gir_name = gir_name or (Path(file).with_suffix(".gir").name if file != "<model>" else "model.gir")
-    imp = _Importer(model, file, dict(input_shapes or {}), embed_weights, onnx)
-    func = imp.run()
+    note = ""
+    imp = _Importer(model, file, dict(input_shapes or {}), embed_weights, onnx, dynamic=True)
+    try:  # named (symbolic) axes as `?`, unless --input-shape pins them
+        func = imp.run()
+    except (SizeNeeded, TypeError, GCError) as e:
+        if not imp.named_axes:
+            raise
+        # A size the import itself must know (a Shape read, an attribute computed from one): GIR has no shape
+        # values yet, so the axes are kept static, as before dynamic shapes (a leading one at 1).
+        why = e.diagnostics[0].message if isinstance(e, GCError) else str(e)
+        note = f"kept the named axes {', '.join(imp.named_axes)} static: {why}"
+        imp = _Importer(model, file, dict(input_shapes or {}), embed_weights, onnx, dynamic=False)
+        func = imp.run()
     weights = {a.name: imp.weights[n] for n, a in imp.weight_args.items()}
     text = _header(model, file, gir_name, imp.opset, func, weights) + _annotate(func, imp.comments)
-    return Imported(parse(text, gir_name), text, {a.name: weights[a.name] for a in func.args if a.name in weights})
+    return Imported(parse(text, gir_name), text, {a.name: weights[a.name] for a in func.args if a.name in weights},
+                    note)
+
+
+class SizeNeeded(Exception):
+    """The import needs a size that a named axis leaves to run time (raised where it is read)."""
 
 
 @functools.cache
@@ -188,6 +206,8 @@ def cmd_import(args) -> int:
     imported = import_onnx(source, input_shapes=shapes, embed_weights=args.embed_weights, gir_name=str(out),
                            file="<stdin>" if stdin else None)
     npz = imported.write(out)
+    if imported.note:
+        print(f"gc: {imported.note}; --input-shape NAME=D1xD2... chooses their sizes", file=sys.stderr)
     f = imported.module["main"]
     what = f"{len(f.ops)} ops"
     if npz is not None:
@@ -203,8 +223,10 @@ def cmd_import(args) -> int:
 class _Importer:
     """One model's import: ONNX names to GIR values, what is known at import time, the weights."""
 
-    def __init__(self, model: Any, file: str, input_shapes: dict, embed: bool, onnx: Any):
+    def __init__(self, model: Any, file: str, input_shapes: dict, embed: bool, onnx: Any, dynamic: bool = False):
         self.onnx = onnx
+        self.dynamic = dynamic  # named axes as `?` (else a leading one is 1, and any other an error)
+        self.named_axes: list[str] = []  # those made `?`, as "input[axis] 'name'"
         self.file = file
         self.model = model
         self.graph = model.graph
@@ -403,6 +425,9 @@ class _Importer:
             raise self.error(f"input '{inp.name}' has a negative size in its shape [{', '.join(map(str, dims))}]")
         elif not tt.HasField("shape"):
             raise self.error(f"input '{inp.name}' has no shape in the model: give --input-shape {inp.name}=D1xD2x...")
+        elif self.dynamic:
+            shape = tuple(d if isinstance(d, int) else DYN for d in dims)
+            self.named_axes += [f"'{d}' ({inp.name}[{i}])" for i, d in enumerate(dims) if not isinstance(d, int)]
         else:
             shape = tuple(d if isinstance(d, int) else 1 if i == 0 else -1 for i, d in enumerate(dims))
             if -1 in shape:
@@ -423,7 +448,7 @@ class _Importer:
         if t.rank > MAX_RANK:
             raise error(f"{what} has rank {t.rank}; GIR tensors have at most {MAX_RANK} dimensions")
         # In Python integers (numpy's would wrap), and an empty axis does not excuse a huge one, as in the parser.
-        if math.prod(max(d, 1) for d in t.shape) * t.dtype.itemsize > MAX_BYTES:
+        if math.prod(max(d, 1) if known(d) else 1 for d in t.shape) * t.dtype.itemsize > MAX_BYTES:
             raise error(f"{what} is {t}, too large: a GIR tensor holds at most 2^63 - 1 bytes")
 
     def check_output(self, out: Any, v: Value) -> Value:
@@ -435,7 +460,7 @@ class _Importer:
             )
         if tt.HasField("shape"):
             dims = [d.dim_value if d.WhichOneof("value") == "dim_value" else None for d in tt.shape.dim]
-            if len(dims) != v.type.rank or any(d is not None and d != s for d, s in zip(dims, v.type.shape)):
+            if len(dims) != v.type.rank or any(d is not None and known(s) and d != s for d, s in zip(dims, v.type.shape)):
                 shown = ", ".join("?" if d is None else str(d) for d in dims)
                 raise self.error(f"output '{out.name}' is {v.type}, but the model declares shape [{shown}]")
         return v

@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import DType, Value
+from compiler.importers.onnx import SizeNeeded
+from compiler.ir import DType, Value, static
 from dialects.graph.common import cast_to
 from dialects.graph.nn import pool_out
 
@@ -1463,12 +1464,21 @@ def constant_of_shape(n: Node) -> list:
 @converts("Shape", attrs="start end")
 def shape(n: Node) -> list:
     dims = n.type(0).shape
-    return [np.array(dims[n.attr("start", 0) : n.attr("end", len(dims))], np.int64)]
+    dims = dims[n.attr("start", 0) : n.attr("end", len(dims))]
+    _need_sizes(n, dims)
+    return [np.array(dims, np.int64)]
 
 
 @converts("Size")
 def size(n: Node) -> list:
+    _need_sizes(n, n.type(0).shape)
     return [np.array(math.prod(n.type(0).shape), np.int64)]
+
+
+def _need_sizes(n: Node, dims: tuple) -> None:
+    """A shape read at import time must be of known sizes (GIR has no shape values yet)."""
+    if not static(dims):
+        raise SizeNeeded(f"{n.label} ({n.op_type}) reads the size of one at import time")
 
 
 @converts("Range")

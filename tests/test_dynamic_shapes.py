@@ -246,3 +246,25 @@ def test_gc_stats_gives_sizes_as_polynomials_of_n(tmp_path) -> None:
         got = eval(coeffs.replace(",", "").replace("·n²", f"*{n}**2").replace("·n", f"*{n}"))  # noqa: S307
         assert got == want["flops"]
     assert "n²" in stats["expressions"]["flops"]  # attention's scores: a sequence squared
+
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+_OPTIMIZED = {}
+
+
+@settings(max_examples=12, deadline=None)
+@given(name=st.sampled_from(["mlp", "transformer"]), n=st.integers(1, 48),
+       pipeline=st.sampled_from(["O0", "O2", "compile-llvm"]))
+def test_any_size_at_any_stage_runs_as_the_static_module(name, n, pipeline) -> None:
+    """Hypothesis over sizes: the dynamic module after a pipeline, run at size n, against the static module
+    at n (interpreted)."""
+    at, _ = EXAMPLES[name]
+    if (name, pipeline) not in _OPTIMIZED:
+        dyn = parse(at("?"))
+        run_pipeline(dyn, PIPELINES[pipeline])
+        _OPTIMIZED[name, pipeline] = dyn
+    x = _inputs(at(n), seed=n)
+    for g, w in zip(run(_OPTIMIZED[name, pipeline], x), run(parse(at(n)), x), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)

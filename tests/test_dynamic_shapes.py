@@ -268,3 +268,46 @@ def test_any_size_at_any_stage_runs_as_the_static_module(name, n, pipeline) -> N
     x = _inputs(at(n), seed=n)
     for g, w in zip(run(_OPTIMIZED[name, pipeline], x), run(parse(at(n)), x), strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
+
+
+def _rewrite_member(src, dst, name: str, data: bytes | None) -> None:
+    """A copy of artifact `src` with member `name` replaced (None: removed), its manifest hashes redone."""
+    import hashlib
+    import json
+    import zipfile
+
+    with zipfile.ZipFile(src) as z:
+        members = {n: z.read(n) for n in z.namelist() if n != "manifest.json"}
+        manifest = json.loads(z.read("manifest.json"))
+    if data is None:
+        del members[name]
+    else:
+        members[name] = data
+    manifest["sha256"] = {n: hashlib.sha256(d).hexdigest() for n, d in members.items()}
+    with zipfile.ZipFile(dst, "w") as z:
+        z.writestr("manifest.json", json.dumps(manifest))
+        for n, d in members.items():
+            z.writestr(n, d)
+
+
+@pytest.mark.parametrize("name, data, message", [
+    ("dynamic.json", b'{"options": {"target": "llvm", "entry": "main"}, "sizes": [[[2, 784]], [[3, 784]]]}',
+     "sizes and its size-<i>.gcpkg members differ"),
+    ("dynamic.json", b'{"options": {"bogus": 1}, "sizes": []}', "dynamic.json names no target"),
+    ("dynamic.json", b"[1, 2", "not valid JSON"),
+    ("dynamic.json", b'{"options": {"target": "llvm", "entry": "nope"}, "sizes": []}', "no function @nope"),
+    ("params.npz", b"not an npz", "damaged dynamic artifact"),
+    ("source.gir", b"func @main(", "error"),
+    ("size-0.gcpkg", b"PK junk", "cannot load"),
+    ("size-0.gcpkg", None, "differ"),
+])
+def test_a_damaged_dynamic_artifact_is_one_diagnostic(tmp_path, name, data, message) -> None:
+    model = compiler.compile(_DYN_MLP, "llvm", params={k: v for k, v in _inputs(EXAMPLES["mlp"][0](2)).items()
+                                                        if k != "x"})
+    model(np.zeros((2, 784), np.float32))
+    model.save(tmp_path / "m.gcpkg")
+    _rewrite_member(tmp_path / "m.gcpkg", tmp_path / "bad.gcpkg", name, data)
+    with pytest.raises(GCError, match=re.escape(message)):
+        compiler.load(tmp_path / "bad.gcpkg")
+    r = gc("run", str(tmp_path / "bad.gcpkg"), "--random-inputs", "0", "--shape", "x=2x784")
+    assert r.returncode == 1 and "Traceback" not in r.stderr

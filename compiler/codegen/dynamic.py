@@ -17,7 +17,6 @@ saving compiles nothing when loaded.
 
 from __future__ import annotations
 
-import hashlib
 import io
 import json
 import tempfile
@@ -43,6 +42,8 @@ class DynamicModel:
         self.text, self.options, self.name = text, options, name
         self.params = dict(params or {})
         self.module = parse(text, name)
+        if options.entry not in self.module:
+            raise GCError(f"no function @{options.entry} in {name}")
         f = self.module[options.entry]
         if not is_dynamic(f):
             raise GCError(f"@{f.name} has no ? sizes: compile it as a static model")
@@ -126,9 +127,8 @@ class DynamicModel:
 
     def save(self, path: str | Path) -> None:
         """Write the model, and every size compiled so far, as one zip at `path`, atomically."""
-        from compiler import __version__
-        from compiler.codegen.artifact import DYNAMIC_FORMAT
-        from compiler.files import check_writable, write_atomic
+        from compiler.codegen.artifact import DYNAMIC_FORMAT, write_members
+        from compiler.files import check_writable
 
         check_writable(path)
         members: dict[str, bytes] = {"source.gir": self.text.encode()}
@@ -144,16 +144,7 @@ class DynamicModel:
                 sizes.append([list(s) for s in key])
         members["dynamic.json"] = json.dumps({"options": asdict(self.options), "name": self.name,
                                               "sizes": sizes}).encode()
-        manifest = {"format": DYNAMIC_FORMAT, "gc": __version__,
-                    "sha256": {k: hashlib.sha256(v).hexdigest() for k, v in members.items()}}
-
-        def write(fh) -> None:
-            with zipfile.ZipFile(fh, "w", zipfile.ZIP_STORED) as z:
-                z.writestr("manifest.json", json.dumps(manifest, indent=1))
-                for k, v in members.items():
-                    z.writestr(k, v)
-
-        write_atomic(path, write)
+        write_members(path, DYNAMIC_FORMAT, members, stored=set(members))
 
     @staticmethod
     def load(path: str | Path, members: dict[str, bytes]) -> DynamicModel:

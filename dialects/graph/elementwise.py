@@ -11,14 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import (
-    DType,
-    Op,
-    TensorType,
-    Value,
-    attribute,
-    operand,
-)
+from compiler.ir import DType, Op, TensorType, Value, attribute, operand
 from dialects.graph.common import (
     broadcast_shapes,
     is_constant,

@@ -599,6 +599,13 @@ CASES = [
     case("Cast-int16-to-uint16-and-back", [node("Cast", ["a"], ["u"], to=TensorProto.UINT16),
                                            node("Cast", ["u"], ["y"], to=TensorProto.INT16)],
          {"a": np.int16([-1, -32768, 5])}, outputs=("u", "y")),
+    # running sums: the axis a constant (one graph.cumsum), or computed at run time (one per axis, the named picked)
+    case("CumSum-axis-const", node("CumSum", ["x", "a"], exclusive=1), {"x": rand(2, 3, 4)}, opset=14,
+         inits={"a": np.int32(-2)}),
+    case("CumSum-int64-reverse", node("CumSum", ["x", "a"], reverse=1), {"x": ints(3, -1, 4, 1, 5)}, opset=14,
+         inits={"a": np.int64(0)}),
+    *(case(f"CumSum-axis-at-run-time-{a}", node("CumSum", ["x", "a"], reverse=1, exclusive=1),
+           {"x": rand(2, 3, 4), "a": np.array(a, np.int64)}, opset=14) for a in (0, 1, 2, -1, -3)),
     # first maximum wins (ties), along one axis (opset 13) or of the 2-D view from the axis (before)
     case("Hardmax", node("Hardmax", ["x"]), {"x": np.float32([[[1, 3, 3], [2, 2, 0]], [[0, 0, 0], [5, 1, 5]]])}),
     case("Hardmax-axis0", node("Hardmax", ["x"], axis=0), {"x": rand(3, 2, 4)}),

@@ -127,6 +127,55 @@ def test_reduce_over_an_empty_axis_gives_the_identity() -> None:
     np.testing.assert_array_equal(run_op("reduce_max", i, axes=[1]), [-(2**31), -(2**31)])
 
 
+def cumsum_loops(x: np.ndarray, axis: int, exclusive: bool, reverse: bool) -> np.ndarray:
+    """ONNX CumSum by visiting every element: y[..., i, ...] sums x[..., k, ...] over k <= i (k < i exclusive;
+    k >= i, k > i reversed)."""
+    axis %= x.ndim
+    y = np.zeros_like(x)
+    n = x.shape[axis]
+    for idx in itertools.product(*(range(d) for d in x.shape)):
+        i = idx[axis]
+        ks = [k for k in range(n) if (k > i if exclusive else k >= i)] if reverse else \
+             [k for k in range(n) if (k < i if exclusive else k <= i)]
+        y[idx] = sum((x[idx[:axis] + (k,) + idx[axis + 1 :]] for k in ks), x.dtype.type(0))
+    return y
+
+
+@pytest.mark.parametrize(("exclusive", "reverse"), list(itertools.product([False, True], repeat=2)))
+@pytest.mark.parametrize("axis", [0, 1, -1, -3])
+def test_cumsum_along_each_axis_with_each_flag(axis: int, exclusive: bool, reverse: bool) -> None:
+    x = RNG.standard_normal((2, 3, 4))
+    got = run_op("cumsum", x, axis=axis, exclusive=exclusive, reverse=reverse)
+    assert got.dtype == np.float64 and got.shape == x.shape
+    np.testing.assert_allclose(got, cumsum_loops(x, axis, exclusive, reverse), rtol=1e-13, atol=1e-15)
+
+
+def test_cumsum_of_integers_and_its_flags_by_hand() -> None:
+    x = np.array([1, 2, 3, 4, 5], dtype=np.int32)
+    for flags, want in [({}, [1, 3, 6, 10, 15]), ({"exclusive": True}, [0, 1, 3, 6, 10]),
+                        ({"reverse": True}, [15, 14, 12, 9, 5]),
+                        ({"exclusive": True, "reverse": True}, [14, 12, 9, 5, 0])]:  # fmt: skip
+        got = run_op("cumsum", x, **flags)
+        assert got.dtype == np.int32
+        np.testing.assert_array_equal(got, want, err_msg=str(flags))
+    big = np.array([[2**31 - 1, 1], [5, -7]], dtype=np.int32)  # wraps as int32 arithmetic does
+    np.testing.assert_array_equal(run_op("cumsum", big, axis=1), [[2**31 - 1, -(2**31)], [5, -2]])
+
+
+def test_cumsum_of_an_empty_axis_and_its_errors() -> None:
+    assert run_op("cumsum", np.zeros((2, 0), np.float32), axis=1, exclusive=True).shape == (2, 0)
+    assert "out of range" in infer_error("cumsum", "tensor<2x3xf32>", axis=2)
+    assert "rank >= 1" in infer_error("cumsum", "tensor<f32>")
+
+
+def test_cumsum_keeps_a_dynamic_size() -> None:
+    module = parse("func @main(%x: tensor<?x3xf32>) -> tensor<?x3xf32> {\n  %y = graph.cumsum(%x) {axis = 0}\n"
+                   "  return %y\n}\n", "t.gir")
+    assert str(module["main"].ops[0].results[0].type) == "tensor<?x3xf32>"
+    x = RNG.standard_normal((5, 3)).astype(np.float32)
+    np.testing.assert_allclose(run(module, [x])[0], np.cumsum(x, axis=0), rtol=1e-6)
+
+
 def test_reduce_max_propagates_nan() -> None:
     x = np.array([1.0, np.nan, 3.0], dtype=np.float32)
     assert np.isnan(run_op("reduce_max", x))

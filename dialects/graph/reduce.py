@@ -1,4 +1,5 @@
-"""Reductions: reduce_sum, reduce_mean, reduce_prod, reduce_max, reduce_min over a set of axes, and argmax.
+"""Reductions: reduce_sum, reduce_mean, reduce_prod, reduce_max, reduce_min over a set of axes, argmax, and
+cumsum (the running sum along one axis).
 
 `axes` absent or `[]` reduces every axis (ONNX's `noop_with_empty_axes = 0`); negative axes count
 from the end. Reducing an empty set gives ONNX's identities: 0 for sum, 1 for prod, -inf (or the dtype's least
@@ -11,14 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import (
-    DType,
-    Op,
-    TensorType,
-    Value,
-    attribute,
-    operand,
-)
+from compiler.ir import DType, Op, TensorType, Value, attribute, operand
 from dialects.graph.common import (
     broadcast_like,
     extreme_reducer,
@@ -323,4 +317,67 @@ class Argmax(Op, name="graph.argmax"):
         return self.operands[0].type.size
 
 
-OPS = [ReduceSum, ReduceMean, ReduceProd, ReduceMax, ReduceMin, Argmax]
+class Cumsum(Op, name="graph.cumsum"):
+    """Running sum along axis (ONNX CumSum):  %y = graph.cumsum(%x) {axis = 1, exclusive = true} : tensor<4x5xf32>
+
+    `exclusive` leaves the element itself out of its sum (the first is 0); `reverse` sums from the end."""
+
+    kind = "reduction"
+    precision = "f32"
+    x = operand()
+    axis = attribute(int, 0)
+    exclusive = attribute(bool, False, doc="each sum leaves its own element out")
+    reverse = attribute(bool, False, doc="sum from the end of the axis")
+
+    def infer(self, x: TensorType) -> TensorType:
+        require_numeric(self, x)
+        if x.rank == 0:
+            raise self.error(f"operand must have rank >= 1, got {x}")
+        normalize_axis(self, self.axis, x.rank)
+        return x
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        axis = self.axis % x.ndim
+        acc = np.float64 if np.issubdtype(x.dtype, np.floating) else np.uint64 if x.dtype.kind == "u" else np.int64
+        v = np.flip(x, axis) if self.reverse else x
+        y = np.cumsum(v, axis=axis, dtype=acc)
+        if self.exclusive:  # shift by one along the axis: each sum without its own element
+            y = np.concatenate([np.zeros_like(np.take(y, [0], axis=axis)), np.delete(y, -1, axis=axis)], axis=axis) \
+                if x.shape[axis] else y
+        y = np.flip(y, axis) if self.reverse else y
+        return y.astype(x.dtype)
+
+    def flops(self) -> int:
+        return self.operands[0].type.size
+
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        """Each x_k is in the sums y_i for i >= k (i <= k reversed): dx is the cumsum of dy the other way round."""
+        return [b.cumsum(dys[0], axis=self.axis, exclusive=self.exclusive, reverse=not self.reverse)]
+
+    def lower(self, x):
+        from tvm import te, tirx
+
+        t = self.operands[0].type
+        axis = self.axis % t.rank
+        size = x.shape[axis]
+        acc = _accumulator(self.name, t.dtype)
+        k = te.reduce_axis((0, size), name="k")
+
+        def body(*idx):
+            i = idx[axis]
+            if self.reverse:
+                inside = k > i if self.exclusive else k >= i
+            else:
+                inside = k < i if self.exclusive else k <= i
+            elem = x(*idx[:axis], k, *idx[axis + 1 :])
+            elem = elem.astype(acc) if acc != t.dtype.tvm else elem
+            # A select rather than te.sum's `where`, which gc's reduction schedules do not keep.
+            return te.sum(tirx.Select(inside, elem, tirx.const(0, acc)), axis=k)
+
+        if acc == t.dtype.tvm:
+            return te.compute(x.shape, body, name="cumsum")
+        total = te.compute(x.shape, body, name="cumsum_acc")
+        return te.compute(x.shape, lambda *i: total(*i).astype(t.dtype.tvm), name="cumsum")
+
+
+OPS = [ReduceSum, ReduceMean, ReduceProd, ReduceMax, ReduceMin, Argmax, Cumsum]

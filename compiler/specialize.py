@@ -14,7 +14,7 @@ import weakref
 from compiler.diagnostics import Diagnostic, GCError
 from compiler.ir import Func, Module, known
 
-_CACHE: weakref.WeakKeyDictionary[Func, dict[tuple, Func]] = weakref.WeakKeyDictionary()
+_CACHE: weakref.WeakKeyDictionary[Func, dict[tuple, tuple[tuple, Func]]] = weakref.WeakKeyDictionary()
 
 
 def is_dynamic(f: Func) -> bool:
@@ -29,10 +29,12 @@ def specialize(module: Module, f: Func, shapes: list[tuple[int, ...]]) -> Func:
     if not is_dynamic(f):
         return f
     key = tuple(tuple(s) for s in shapes)
+    # Passes edit functions in place (new ops, operands replaced): a specialization holds for this wiring only.
+    wiring = tuple((id(op), *map(id, op.operands)) for op in f.ops) + tuple(map(id, f.results))
     done = _CACHE.setdefault(f, {})
-    if key not in done:
-        done[key] = _specialize(module, f, key)
-    return done[key]
+    if done.get(key, (None,))[0] != wiring:
+        done[key] = (wiring, _specialize(module, f, key))
+    return done[key][1]
 
 
 def _specialize(module: Module, f: Func, shapes: tuple) -> Func:

@@ -311,3 +311,17 @@ def test_a_damaged_dynamic_artifact_is_one_diagnostic(tmp_path, name, data, mess
         compiler.load(tmp_path / "bad.gcpkg")
     r = gc("run", str(tmp_path / "bad.gcpkg"), "--random-inputs", "0", "--shape", "x=2x784")
     assert r.returncode == 1 and "Traceback" not in r.stderr
+
+
+def test_a_function_edited_in_place_is_specialized_again() -> None:
+    """Passes edit functions in place; the interpreter must not run a specialization of the function as it was."""
+    m = parse("func @main(%x: tensor<?x4xf32>) -> tensor<?x4xf32> {\n  %y = graph.relu(%x)\n  return %y\n}\n")
+    x = -np.ones((2, 4), np.float32)
+    assert (run(m, [x])[0] == 0).all()
+    from compiler.ir import lookup_op
+
+    f = m["main"]
+    op = lookup_op("graph.abs")([f.args[0]])  # the relu replaced, as a pass would
+    f.ops[0] = op
+    f.results = [op.results[0]]
+    assert (run(m, [x])[0] == 1).all()

@@ -606,6 +606,21 @@ CASES = [
          inits={"a": np.int64(0)}),
     *(case(f"CumSum-axis-at-run-time-{a}", node("CumSum", ["x", "a"], reverse=1, exclusive=1),
            {"x": rand(2, 3, 4), "a": np.array(a, np.int64)}, opset=14) for a in (0, 1, 2, -1, -3)),
+    # resizing by weights: linear and cubic (with its A and exclude_outside), antialiased, on chosen axes, f16
+    case("Resize-linear-half-pixel", node("Resize", ["x", "", "s"], mode="linear"), IMG, inits={"s": np.float32([1, 1, 1.7, 0.6])}),
+    case("Resize-cubic-sizes-axes", node("Resize", ["x", "", "", "z"], mode="cubic", axes=[3, 1], cubic_coeff_a=-0.5,
+                                         exclude_outside=1), IMG, opset=18, inits={"z": ints(11, 3)}),
+    case("Resize-linear-antialias-down", node("Resize", ["x", "", "s"], mode="linear", antialias=1), IMG, opset=18,
+         inits={"s": np.float32([1, 1, 0.3, 0.5])}),
+    case("Resize-cubic-antialias-pytorch", node("Resize", ["x", "", "s"], mode="cubic", antialias=1,
+                                                coordinate_transformation_mode="pytorch_half_pixel"),
+         IMG, opset=18, inits={"s": np.float32([1, 1, 0.45, 1.5])}),
+    case("Resize-linear-f16-align", node("Resize", ["x", "", "s"], mode="linear", coordinate_transformation_mode="align_corners"),
+         {"x": rand(1, 2, 5, 4).astype(np.float16)}, inits={"s": np.float32([1, 1, 2, 0.5])}),
+    case("Upsample-linear", node("Upsample", ["x", "s"], mode="linear"), IMG, opset=9, inits={"s": np.float32([1, 1, 2, 3])},
+         expect=lambda x, s: ReferenceEvaluator(make_model(  # Upsample is Resize with asymmetric coordinates
+             [node("Resize", ["x", "", "s"], mode="linear", coordinate_transformation_mode="asymmetric")], {"x": x}, ["y"],
+             13, {"s": s})).run(None, {"x": x})),
     # first maximum wins (ties), along one axis (opset 13) or of the 2-D view from the axis (before)
     case("Hardmax", node("Hardmax", ["x"]), {"x": np.float32([[[1, 3, 3], [2, 2, 0]], [[0, 0, 0], [5, 1, 5]]])}),
     case("Hardmax-axis0", node("Hardmax", ["x"], axis=0), {"x": rand(3, 2, 4)}),
@@ -927,9 +942,45 @@ def test_used_second_output_that_gc_does_not_compute_is_an_error() -> None:
     assert "output #1 (Indices) is used, but gc does not compute it" in import_error(make_model(nodes, IMG, ["z"]))
 
 
-def test_resize_other_than_nearest_is_an_error() -> None:
-    model = make_model([node("Resize", ["x", "", "s"], mode="linear")], IMG, ["y"], 17, {"s": np.float32([1, 1, 2, 2])})
-    assert "Resize (opset 17): mode 'linear' is not supported (only nearest)" in import_error(model)
+def test_resize_modes_gc_does_not_take_are_errors() -> None:
+    model = make_model([node("Resize", ["x", "", "s"], mode="area")], IMG, ["y"], 17, {"s": np.float32([1, 1, 2, 2])})
+    assert "Resize (opset 17): mode 'area' is not supported (only nearest, linear, cubic)" in import_error(model)
+    ints_in = {"x": np.arange(24, dtype=np.int32).reshape(1, 1, 4, 6)}
+    model = make_model([node("Resize", ["x", "", "s"], mode="linear")], ints_in, ["y"], 17,
+                       {"s": np.float32([1, 1, 2, 2])})  # fmt: skip
+    assert "mode 'linear' of i32 is not supported (only floats)" in import_error(model)
+
+
+def _resize_node_cases() -> tuple:
+    """onnx's Resize node tests with scales, sizes and roi as initializers (the cases feed them at run time,
+    which gc rejects: they decide the shape): every mode, coordinate transformation, antialias, axes."""
+    import sys
+
+    from conftest import ROOT
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    import onnx_node_tests as nodes
+
+    out = []
+    for c in nodes.cases():
+        if not c.name.startswith("test_resize_"):
+            continue
+        model = type(c.model)()
+        model.CopyFrom(c.model)
+        g = model.graph
+        rest = [numpy_helper.from_array(a, i.name) for i, a in zip(list(g.input)[1:], c.inputs[1:])]
+        del g.input[1:]
+        g.initializer.extend(rest)
+        out.append(nodes.Case(c.name, model, c.inputs[:1], c.outputs, c.rtol, c.atol))
+    return nodes, out
+
+
+@pytest.mark.parametrize("target", ["interp", "llvm"])
+def test_resize_node_cases_with_constant_scales_pass(target: str) -> None:
+    nodes, cases = _resize_node_cases()
+    assert len(cases) >= 39
+    got = {c.name: nodes.run_case(c, target) for c in cases}
+    assert {k: v for k, v in got.items() if v[0] != "pass"} == {}
 
 
 # --- untrusted models: malformed in ways protobuf lets through ---------------------------------------------

@@ -1084,15 +1084,116 @@ def _nearest_index(n: Node, size: int, out: int, scale: float, mode: str, roundi
     return np.clip(i, 0, size - 1).astype(np.int64)
 
 
+def _source_coordinates(n: Node, mode: str, size: int, out: int, scale: float, roi) -> tuple[np.ndarray, np.ndarray | None]:
+    """Where in the input (a float index) each of `out` positions lies, ONNX Resize's coordinate transformation
+    (the reference's `_compute_x_ori`), and for tf_crop_and_resize which positions fall outside the input."""
+    y, width = np.arange(out, dtype=np.float64), scale * size
+    outside = None
+    if mode == "align_corners":
+        x = np.zeros(out) if width == 1 else y * (size - 1) / (width - 1)
+    elif mode == "asymmetric":
+        x = y / scale
+    elif mode == "tf_crop_and_resize":
+        start, end = roi
+        x = np.full(out, (end - start) * (size - 1) / 2) if width == 1 else y * (end - start) * (size - 1) / (width - 1)
+        x = x + start * (size - 1)
+        outside = (x < 0) | (x > size - 1)
+    elif mode == "pytorch_half_pixel":
+        x = np.full(out, -0.5) if width == 1 else (y + 0.5) / scale - 0.5
+    elif mode == "half_pixel":
+        x = (y + 0.5) / scale - 0.5
+    elif mode == "half_pixel_symmetric":
+        x = size / 2 * (1 - out / width) + (y + 0.5) / scale - 0.5
+    else:
+        raise n.error(f"coordinate_transformation_mode '{mode}' is not supported")
+    return x, outside
+
+
+def _linear_taps(ratio: float, scale: float, a: float, antialias: bool) -> np.ndarray:
+    if not antialias:
+        return np.array([1 - ratio, ratio])
+    scale = min(scale, 1.0)  # antialiasing widens the filter only when downsampling
+    start = int(np.floor(-1 / scale) + 1)
+    c = np.clip(1 - np.abs((np.arange(start, 2 - start) - ratio) * scale), 0, 1)
+    return c / c.sum()
+
+
+def _cubic_taps(ratio: float, scale: float, a: float, antialias: bool) -> np.ndarray:
+    def kernel(t: float) -> float:
+        t = abs(t)
+        if t <= 1:
+            return (a + 2) * t**3 - (a + 3) * t**2 + 1
+        return a * t**3 - 5 * a * t**2 + 8 * a * t - 4 * a if t < 2 else 0.0
+
+    if not antialias:  # the reference's own expressions, term for term
+        r, q = ratio, 1 - ratio
+        return np.array([((a * (r + 1) - 5 * a) * (r + 1) + 8 * a) * (r + 1) - 4 * a,
+                         ((a + 2) * r - (a + 3)) * r * r + 1, ((a + 2) * q - (a + 3)) * q * q + 1,
+                         ((a * (q + 1) - 5 * a) * (q + 1) + 8 * a) * (q + 1) - 4 * a])  # fmt: skip
+    scale = min(scale, 1.0)
+    start = int(np.floor(-2 / scale) + 1)
+    c = np.array([kernel(scale * (i - ratio)) for i in range(start, 2 - start)])
+    return c / c.sum()
+
+
+def _interpolation(n: Node, size: int, out: int, scale: float, coords: str, roi, taps, exclude_outside: bool):
+    """For one resized axis: the input indices [out, taps] each output position weighs, their weights (float64,
+    as ONNX's reference computes them: `_interpolate_1d_along_axis`) and the positions outside the crop."""
+    x, outside = _source_coordinates(n, coords, size, out, scale, roi)
+    floor = np.floor(x)
+    ratios = np.where(x == floor, 1.0, x - floor)  # in (0, 1]: the neighbour on the left is preferred
+    coeffs = np.stack([taps(float(r), scale) for r in ratios]) if out else np.zeros((0, 2))
+    k = coeffs.shape[1]
+    pad = int(np.ceil(k / 2))
+    padded = x + pad
+    p = np.floor(padded)
+    frac = padded - p
+    if k % 2 == 0:
+        offset = np.where(frac == 0, -(k // 2), -(k // 2) + 1)
+    else:
+        offset = np.where(frac <= 0.5, -((k - 1) // 2), -((k - 1) // 2) + 1)
+    index = (p + offset).astype(np.int64)[:, None] + np.arange(k)[None, :] - pad
+    if exclude_outside:
+        coeffs = np.where((index < 0) | (index >= size), 0.0, coeffs)
+        total = coeffs.sum(axis=-1, keepdims=True)
+        coeffs = coeffs / np.where(total == 0, 1.0, total)
+    return np.clip(index, 0, size - 1), coeffs, outside
+
+
+def _interpolate_axis(n: Node, x: Value, axis: int, index: np.ndarray, coeffs: np.ndarray) -> Value:
+    """x resized along `axis`: each output row the weighted sum of the input rows `index` names. Up to four taps
+    (linear, cubic) as a gather and a multiply per tap; more (antialiasing) as a matmul with the [in, out]
+    matrix of the weights."""
+    r, dt = x.type.rank, x.type.dtype
+    size, (out, k) = x.type.shape[axis], coeffs.shape
+    if k > 4:
+        w = np.zeros((size, out))
+        np.add.at(w, (index, np.arange(out)[:, None]), coeffs)
+        perm = tuple(a for a in range(r) if a != axis) + (axis,)
+        y = x if axis == r - 1 else n.b.transpose(x, perm=perm)
+        y = n.b.matmul(y, n.constant(w, dt))
+        return y if axis == r - 1 else n.b.transpose(y, perm=tuple(int(i) for i in np.argsort(perm)))
+    along = (out,) + (1,) * (r - axis - 1)  # the weights broadcast along the axis
+    y = None
+    for t in range(k):
+        term = n.b.mul(n.b.gather(x, n.constant(index[:, t], DType.i64), axis=axis),
+                       n.constant(coeffs[:, t].reshape(along), dt))  # fmt: skip
+        y = term if y is None else n.b.add(y, term)
+    return y
+
+
 @converts("Resize", "Upsample", attrs="mode coordinate_transformation_mode nearest_mode cubic_coeff_a "
           "exclude_outside extrapolation_value scales axes antialias keep_aspect_ratio_policy")  # fmt: skip
 def resize(n: Node) -> list:
-    """Nearest-neighbour resizing as a gather per resized axis; other modes have no graph op."""
+    """Resizing per resized axis: nearest as a gather of the source rows; linear and cubic as the weighted sum
+    of 2 or 4 gathered rows (weights and indices computed at import in float64, as ONNX's reference), or with
+    antialias a matmul with the weight matrix."""
     x = n.x(0)
     r, shape = x.type.rank, x.type.shape
     mode = n.attr("mode", "nearest")
-    if mode != "nearest":
-        raise n.error(f"mode '{mode}' is not supported (only nearest)")
+    if mode not in ("nearest", "linear", "cubic"):
+        raise n.error(f"mode '{mode}' is not supported (only nearest, linear, cubic)")
+    policy = "stretch"
     if n.op_type == "Upsample":
         scales = n.attr("scales", None) if n.opset < 9 else n.const(1, "scales")
         sizes, coords, rounding = None, "asymmetric", "floor"
@@ -1103,8 +1204,14 @@ def resize(n: Node) -> list:
         # Opset 10's Resize is opset 9's Upsample: no coordinate or rounding modes yet.
         coords = n.attr("coordinate_transformation_mode", "half_pixel" if n.opset >= 11 else "asymmetric")
         rounding = n.attr("nearest_mode", "round_prefer_floor" if n.opset >= 11 else "floor")
-        if n.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
-            raise n.error("keep_aspect_ratio_policy other than stretch is not supported")
+        policy = n.attr("keep_aspect_ratio_policy", "stretch")
+        if policy not in ("stretch", "not_larger", "not_smaller"):
+            raise n.error(f"keep_aspect_ratio_policy '{policy}' is not supported")
+    if mode != "nearest" and not x.type.dtype.is_float:
+        raise n.error(f"mode '{mode}' of {x.type.dtype} is not supported (only floats)")
+    antialias = bool(n.attr("antialias", 0))
+    if antialias and mode == "nearest":
+        raise n.error("antialias needs mode linear or cubic")
     axes = [_axis(n, a, r) for a in n.attr("axes", range(r))]
     if len(set(axes)) != len(axes):
         raise n.error(f"axes {axes} name an axis twice")
@@ -1121,6 +1228,10 @@ def resize(n: Node) -> list:
     if sizes is not None:
         outs = dict(zip(axes, sizes))
         factors = {a: outs[a] / shape[a] for a in axes}
+        if policy != "stretch":  # one scale for every axis, the sizes rounded half up from it
+            one = (min if policy == "not_larger" else max)(factors.values())
+            factors = dict.fromkeys(axes, one)
+            outs = {a: int(one * shape[a] + 0.5) for a in axes}
     else:
         factors = dict(zip(axes, given))
         outs = {a: math.floor(shape[a] * f) for a, f in factors.items()}
@@ -1128,12 +1239,41 @@ def resize(n: Node) -> list:
         raise n.error(f"output sizes {[outs[a] for a in axes]} must be positive")
     for a in axes:
         n.check_size((outs[a],), f"the index of axis {a}")
+    rois = dict.fromkeys(axes)
+    if mode != "nearest" and coords == "tf_crop_and_resize":
+        roi = n.const(1, "roi") if n.has(1) else None
+        if roi is None or np.size(roi) != 2 * len(axes):
+            raise n.error(f"tf_crop_and_resize needs a roi of {2 * len(axes)} values, a start and an end per axis")
+        roi = np.reshape(roi, -1).astype(np.float64)
+        rois = {a: (roi[i], roi[len(axes) + i]) for i, a in enumerate(axes)}
+    if mode == "nearest":
+        for a in axes:
+            if outs[a] == shape[a] and factors[a] == 1.0:
+                continue
+            index = _nearest_index(n, shape[a], outs[a], factors[a], coords, rounding)
+            x = n.b.gather(x, n.constant(index, DType.i64), axis=a)
+        return [x]
+    cubic_a, exclude = float(n.attr("cubic_coeff_a", -0.75)), bool(n.attr("exclude_outside", 0))
+    fn = _linear_taps if mode == "linear" else _cubic_taps
+
+    def taps(ratio: float, scale: float) -> np.ndarray:
+        return fn(ratio, scale, cubic_a, antialias)
+
+    dt = x.type.dtype
+    wide = dt in (DType.f16, DType.bf16)  # weighed in f32, rounded once at the end
+    y = n.b.cast(x, dtype=DType.f32) if wide else x
     for a in axes:
-        if outs[a] == shape[a] and factors[a] == 1.0:
+        roi = rois[a]
+        trivial_roi = roi is None or (math.isclose(roi[0], 0.0) and math.isclose(roi[1], 1.0))
+        if math.isclose(factors[a], 1.0) and outs[a] == shape[a] and trivial_roi:
             continue
-        index = _nearest_index(n, shape[a], outs[a], factors[a], coords, rounding)
-        x = n.b.gather(x, n.constant(index, DType.i64), axis=a)
-    return [x]
+        index, coeffs, outside = _interpolation(n, shape[a], outs[a], factors[a], coords, roi, taps, exclude)
+        y = _interpolate_axis(n, y, a, index, coeffs)
+        if outside is not None and outside.any():
+            mask = n.constant(outside.reshape((outs[a],) + (1,) * (r - a - 1)), DType.i1)
+            fill = n.b.constant(np.array(float(n.attr("extrapolation_value", 0.0)), y.type.dtype.np), y.type.dtype)
+            y = n.b.where(mask, fill, y)  # before the next axis weighs it, as the reference
+    return [n.b.cast(y, dtype=dt) if wide else y]
 
 
 @converts("Concat", attrs="axis")

@@ -364,12 +364,11 @@ class Cumsum(Op, name="graph.cumsum"):
         k = te.reduce_axis((0, size), name="k")
 
         def body(*idx):
-            i = idx[axis]
-            if self.reverse:
-                inside = k > i if self.exclusive else k >= i
-            else:
-                inside = k < i if self.exclusive else k <= i
-            elem = x(*idx[:axis], k, *idx[axis + 1 :])
+            # Reversed, k counts from the end (the sum of x[size - 1 - k] over k <= size - 1 - i): the predicate
+            # bounds k from above either way (gc's reduction schedule gets `k >= i` wrong past 16 elements).
+            i = size - 1 - idx[axis] if self.reverse else idx[axis]
+            inside = k < i if self.exclusive else k <= i
+            elem = x(*idx[:axis], size - 1 - k if self.reverse else k, *idx[axis + 1 :])
             elem = elem.astype(acc) if acc != t.dtype.tvm else elem
             # A select rather than te.sum's `where`, which gc's reduction schedules do not keep.
             return te.sum(tirx.Select(inside, elem, tirx.const(0, acc)), axis=k)

@@ -607,7 +607,8 @@ CASES = [
     *(case(f"CumSum-axis-at-run-time-{a}", node("CumSum", ["x", "a"], reverse=1, exclusive=1),
            {"x": rand(2, 3, 4), "a": np.array(a, np.int64)}, opset=14) for a in (0, 1, 2, -1, -3)),
     # resizing by weights: linear and cubic (with its A and exclude_outside), antialiased, on chosen axes, f16
-    case("Resize-linear-half-pixel", node("Resize", ["x", "", "s"], mode="linear"), IMG, inits={"s": np.float32([1, 1, 1.7, 0.6])}),
+    case("Resize-linear-half-pixel", node("Resize", ["x", "", "s"], mode="linear"), IMG,
+         inits={"s": np.float32([1, 1, 1.7, 0.6])}),
     case("Resize-cubic-sizes-axes", node("Resize", ["x", "", "", "z"], mode="cubic", axes=[3, 1], cubic_coeff_a=-0.5,
                                          exclude_outside=1), IMG, opset=18, inits={"z": ints(11, 3)}),
     case("Resize-linear-antialias-down", node("Resize", ["x", "", "s"], mode="linear", antialias=1), IMG, opset=18,
@@ -615,12 +616,14 @@ CASES = [
     case("Resize-cubic-antialias-pytorch", node("Resize", ["x", "", "s"], mode="cubic", antialias=1,
                                                 coordinate_transformation_mode="pytorch_half_pixel"),
          IMG, opset=18, inits={"s": np.float32([1, 1, 0.45, 1.5])}),
-    case("Resize-linear-f16-align", node("Resize", ["x", "", "s"], mode="linear", coordinate_transformation_mode="align_corners"),
+    case("Resize-linear-f16-align",
+         node("Resize", ["x", "", "s"], mode="linear", coordinate_transformation_mode="align_corners"),
          {"x": rand(1, 2, 5, 4).astype(np.float16)}, inits={"s": np.float32([1, 1, 2, 0.5])}),
-    case("Upsample-linear", node("Upsample", ["x", "s"], mode="linear"), IMG, opset=9, inits={"s": np.float32([1, 1, 2, 3])},
+    case("Upsample-linear", node("Upsample", ["x", "s"], mode="linear"), IMG, opset=9,
+         inits={"s": np.float32([1, 1, 2, 3])},
          expect=lambda x, s: ReferenceEvaluator(make_model(  # Upsample is Resize with asymmetric coordinates
-             [node("Resize", ["x", "", "s"], mode="linear", coordinate_transformation_mode="asymmetric")], {"x": x}, ["y"],
-             13, {"s": s})).run(None, {"x": x})),
+             [node("Resize", ["x", "", "s"], mode="linear", coordinate_transformation_mode="asymmetric")],
+             {"x": x}, ["y"], 13, {"s": s})).run(None, {"x": x})),
     # first maximum wins (ties), along one axis (opset 13) or of the 2-D view from the axis (before)
     case("Hardmax", node("Hardmax", ["x"]), {"x": np.float32([[[1, 3, 3], [2, 2, 0]], [[0, 0, 0], [5, 1, 5]]])}),
     case("Hardmax-axis0", node("Hardmax", ["x"], axis=0), {"x": rand(3, 2, 4)}),

@@ -1084,7 +1084,9 @@ def _nearest_index(n: Node, size: int, out: int, scale: float, mode: str, roundi
     return np.clip(i, 0, size - 1).astype(np.int64)
 
 
-def _source_coordinates(n: Node, mode: str, size: int, out: int, scale: float, roi) -> tuple[np.ndarray, np.ndarray | None]:
+def _source_coordinates(
+    n: Node, mode: str, size: int, out: int, scale: float, roi
+) -> tuple[np.ndarray, np.ndarray | None]:
     """Where in the input (a float index) each of `out` positions lies, ONNX Resize's coordinate transformation
     (the reference's `_compute_x_ori`), and for tf_crop_and_resize which positions fall outside the input."""
     y, width = np.arange(out, dtype=np.float64), scale * size

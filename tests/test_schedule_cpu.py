@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 tvm = pytest.importorskip("tvm")
 
-from tvm import te, topi  # noqa: E402
+from tvm import te, tirx, topi  # noqa: E402
 
 from compiler.codegen import llvm_pipeline, schedule_cpu  # noqa: E402
 from compiler.codegen.cpu_rules import matmul, rewrite  # noqa: E402
@@ -594,6 +594,26 @@ def _compiled_softmax_matches(shape: tuple[int, ...]) -> None:
     assert [c.schedule for c in model.plan.steps] == ["rows"]
     e = np.exp(v.astype(np.float64) - v.max(axis=-1, keepdims=True))
     np.testing.assert_allclose(model(v)[0], e / e.sum(axis=-1, keepdims=True), rtol=1e-4, atol=1e-6)
+
+
+@pytest.mark.parametrize("n", [21, 37, 53, 70])
+@pytest.mark.parametrize("cond", ["k >= i", "k <= i", "k < 30", "k != i"])
+def test_rows_with_a_choice_on_the_reduced_index_sum_right(n, cond) -> None:
+    """Running sums and masks written as sum_k select(cond(k, i), x[k], 0) over rows no vector divides: TVM's
+    loop partitioning, splitting on `k >= i` as well as on the last chunk's bound, lost that bound in a
+    piece (rows of 37 and 53 summed past their end); such kernels keep the bound on every chunk."""
+    x = te.placeholder((4, n), name="x")
+    k = te.reduce_axis((0, n), name="k")
+    conds = {"k >= i": lambda k, i: k >= i, "k <= i": lambda k, i: k <= i, "k < 30": lambda k, i: k < 30,
+             "k != i": lambda k, i: k != i}
+    out = te.compute((4, n), lambda r, i: te.sum(tirx.Select(conds[cond](k, i), x[r, k], tirx.const(0.0, "float32")),
+                                                 axis=k), name="masked")
+    xv = rand((4, n))
+    got, rule = run([x, out], "reduction", xv)
+    kk, ii = np.arange(n)[None, :], np.arange(n)[:, None]
+    mask = np.broadcast_to(eval(cond, {}, {"k": kk, "i": ii}), (n, n))  # noqa: S307
+    assert rule == "rows"
+    np.testing.assert_allclose(got, xv @ mask.T.astype(np.float32), rtol=1e-5, atol=1e-5)
 
 
 @settings(max_examples=12, deadline=None)

@@ -28,7 +28,7 @@ from compiler.codegen.cpu_rules.common import (
     try_vectorize,
     vector_dividing,
 )
-from compiler.codegen.sblocks import sub_expressions
+from compiler.codegen.sblocks import is_select, sub_expressions, uses
 from compiler.codegen.target import num_cores
 
 COSTLY = 24  # expression nodes from which a stage read twice is stored rather than recomputed
@@ -294,7 +294,26 @@ def _restore_predicate(sch: s_tir.Schedule, rf, n: int) -> None:
     new = tirx.For(inner.loop_var, inner.min, inner.extent, inner.kind, s_tir.SBlockRealize(values, bound, blk),
                    inner.thread_binding, inner.annotations)
     sch.state.replace(sch.get_sref(loops[-1]), new, {blk: blk})
-    sch.annotate(loops[-2], "pragma_loop_partition_hint", 1)
+    # TVM's loop partitioning, given a choice in the body whose condition bounds the chunk from below by
+    # another iterator (`k >= i`: a reversed running sum), splits on that too and loses this bound in a
+    # piece (wrong sums for rows of 37 and 53, right for 21 and 70): then every chunk keeps the bound.
+    reduced = [iv.var for iv in (ivs[chunk], ivs[lane])]
+    others = [iv.var for n, iv in enumerate(ivs) if n not in (chunk, lane)]
+
+    def hazard(e) -> bool:
+        if not (isinstance(e, tirx.Select) or is_select(e)):
+            return False
+        cond = _condition(e)
+        return any(uses(cond, v) for v in reduced) and any(uses(cond, v) for v in others)
+
+    value = getattr(blk.body, "value", None)
+    if value is None or not any(hazard(e) for e in sub_expressions(value)):
+        sch.annotate(loops[-2], "pragma_loop_partition_hint", 1)
+
+
+def _condition(e):
+    """The condition of a Select or an if_then_else call."""
+    return e.condition if isinstance(e, tirx.Select) else e.args[0]
 
 
 def _vectorize_partial(sch: s_tir.Schedule, rf, vl: int) -> None:

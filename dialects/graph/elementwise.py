@@ -489,6 +489,8 @@ class Cast(Op, name="graph.cast"):
             return _float_to_unsigned(x, self.dtype.np)
         if self.dtype.is_int and np.issubdtype(x.dtype, np.floating):
             x = np.trunc(x)
+            if self.dtype in (DType.i8, DType.i16, DType.i32):  # out of range wraps, through i64 (see lower)
+                return x.astype(np.int64).astype(self.dtype.np)
         return x.astype(self.dtype.np)
 
     def lower(self, x):
@@ -509,6 +511,10 @@ class Cast(Op, name="graph.cast"):
                 big = tvm.tirx.Select(w >= tvm.tirx.const(2.0**64, "float64"), tvm.tirx.const(0, "uint64"),
                                       w.astype("uint64"))
                 return tvm.tirx.Select(w >= tvm.tirx.const(2.0**63, "float64"), big, low)
+            if self.dtype in (DType.i8, DType.i16, DType.i32) and _is_float(v):
+                # As the reference: through i64, so that a value out of the type's range wraps on every CPU
+                # (LLVM's fptosi of one is poison: AVX-512 code wrapped, AVX2 code saturated).
+                return v.astype("int64").astype(self.dtype.tvm)
             # Float -> bool tests for nonzero (NaN is true); float -> int truncates toward zero.
             return v.astype(self.dtype.tvm)
 

@@ -12,7 +12,7 @@ import math
 import numpy as np
 
 from compiler.diagnostics import GCError
-from compiler.ir import DType, Func, Module, TensorType, Value, fits
+from compiler.ir import DType, Func, Module, TensorType, Value, fits, known
 
 
 def load_npz(path: str) -> dict[str, np.ndarray]:
@@ -93,15 +93,17 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
 
 
 def random_inputs(f: Func, seed: int, module: Module | None = None,
-                  shapes: dict[str, tuple[int, ...]] | None = None, skip: set[str] = frozenset()) -> dict[str, np.ndarray]:
+                  shapes: dict[str, tuple[int, ...]] | None = None, skip: set[str] = frozenset(),
+                  unknown: int | None = None) -> dict[str, np.ndarray]:
     """Deterministic inputs for every argument of `f` (looking through calls when `module` is given) but
     those named in `skip` (given otherwise). `shapes` gives the sizes of arguments with `?` dimensions
-    (`gc run --shape NAME=8x784`)."""
+    (`gc run --shape NAME=8x784`); `unknown`, if given, is the size of every other `?` (one size for all,
+    so that sizes which must agree do)."""
     rng = np.random.default_rng(seed)
     shapes = shapes or {}
-    unknown = [n for n in shapes if n not in {a.name for a in f.args}]
-    if unknown:
-        raise GCError(f"--shape names '{unknown[0]}', which is not an argument of @{f.name}")
+    strangers = [n for n in shapes if n not in {a.name for a in f.args}]
+    if strangers:
+        raise GCError(f"--shape names '{strangers[0]}', which is not an argument of @{f.name}")
     out = {}
     for a in f.args:
         t = a.type
@@ -112,6 +114,8 @@ def random_inputs(f: Func, seed: int, module: Module | None = None,
                 dims = "x".join(map(str, shapes[a.name])) or "a scalar"
                 raise GCError(f"shape {dims} given for %{a.name} does not fit {t}", a.loc)
             t = t.with_shape(shapes[a.name])
+        elif not t.is_static and unknown is not None:
+            t = t.with_shape(d if known(d) else unknown for d in t.shape)
         elif not t.is_static:
             raise GCError(f"%{a.name} is {t}: give its sizes to make a random input for it "
                           f"(gc run --shape {a.name}=...)", a.loc)

@@ -325,3 +325,13 @@ def test_a_function_edited_in_place_is_specialized_again() -> None:
     f.ops[0] = op
     f.results = [op.results[0]]
     assert (run(m, [x])[0] == 1).all()
+
+
+def test_check_numerics_and_bisect_run_a_dynamic_module(tmp_path) -> None:
+    """The per-pass numerics check makes inputs with every `?` = 3 (one size, so sizes that must agree do)."""
+    src = tmp_path / "t.gir"
+    src.write_text(_transformer("?"))
+    r = gc("opt", str(src), "-O2", "--check-numerics")
+    assert r.returncode == 0 and "every pass kept the outputs" in r.stderr, r.stderr
+    r = gc("bisect", str(src), "-O2")
+    assert r.returncode == 0 and "no pass changed the outputs" in r.stdout + r.stderr

@@ -575,7 +575,8 @@ def cmd_run(args) -> int:
     if args.shape and args.random_inputs is None:
         raise UsageError("--shape gives the sizes of made-up inputs: give --random-inputs SEED too")
     if args.random_inputs is not None:
-        made = random_inputs(f, args.random_inputs, module, shapes=dict(args.shape), skip=set(given))
+        sized = {k: tuple(np.shape(v)) for k, v in given.items() if k in {a.name for a in f.args}}
+        made = random_inputs(f, args.random_inputs, module, shapes={**sized, **dict(args.shape)}, skip=set(given))
         given = {**made, **given}
     elif not args.inputs and f.args:
         raise GCError(f"@{f.name} needs inputs: give --inputs IN.npz or --random-inputs SEED")

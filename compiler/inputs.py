@@ -104,11 +104,9 @@ def random_inputs(f: Func, seed: int, module: Module | None = None,
     strangers = [n for n in shapes if n not in {a.name for a in f.args}]
     if strangers:
         raise GCError(f"--shape names '{strangers[0]}', which is not an argument of @{f.name}")
-    out = {}
+    types: dict[str, TensorType | None] = {}
     for a in f.args:
         t = a.type
-        if a.name in skip and not t.is_static:
-            continue
         if a.name in shapes:
             if not fits(t.shape, shapes[a.name]):
                 dims = "x".join(map(str, shapes[a.name])) or "a scalar"
@@ -116,11 +114,26 @@ def random_inputs(f: Func, seed: int, module: Module | None = None,
             t = t.with_shape(shapes[a.name])
         elif not t.is_static and unknown is not None:
             t = t.with_shape(d if known(d) else unknown for d in t.shape)
-        elif not t.is_static:
+        elif not t.is_static and a.name not in skip:
             raise GCError(f"%{a.name} is {t}: give its sizes to make a random input for it "
                           f"(gc run --shape {a.name}=...)", a.loc)
+        types[a.name] = t if t.is_static else None
+    # The ops that say what values an input takes (gather's indices, a loss's labels) asked at these sizes.
+    g = f
+    if any(not a.type.is_static for a in f.args) and all(types.values()):
+        from compiler.specialize import specialize
+
         try:
-            x = _random_arg(a, t, _uses(f, a, module), rng)  # made even where given: the others stay the same
+            g = specialize(module if module is not None else Module(), f, [types[a.name].shape for a in f.args])
+        except GCError:
+            pass  # sizes that disagree: the run that follows says so, at the op
+    out = {}
+    for a, ga in zip(f.args, g.args):
+        t = types[a.name]
+        if t is None:  # given, of a size said only by the array given
+            continue
+        try:
+            x = _random_arg(a, t, _uses(g, ga, module), rng)  # made even where given: the others stay the same
             if a.name not in skip:
                 out[a.name] = x
         except MemoryError:
@@ -157,7 +170,7 @@ def _random_arg(a: Value, t: TensorType, uses, rng: np.random.Generator) -> np.n
     for op, i in uses:
         hook = getattr(op, "input_range", None) if op is not None else None
         r = hook(i) if hook else None
-        if r is not None:
+        if r is not None and known(r[0]) and known(r[1]):  # a bound of a `?` size is no bound here
             lo_hi = r if lo_hi is None else (max(lo_hi[0], r[0]), min(lo_hi[1], r[1]))
         scale = min(scale, _fan_in_scale(op, i, t.shape))
     dt = t.dtype

@@ -29,8 +29,9 @@ def specialize(module: Module, f: Func, shapes: list[tuple[int, ...]]) -> Func:
     if not is_dynamic(f):
         return f
     key = tuple(tuple(s) for s in shapes)
-    # Passes edit functions in place (new ops, operands replaced): a specialization holds for this wiring only.
-    wiring = tuple((id(op), *map(id, op.operands)) for op in f.ops) + tuple(map(id, f.results))
+    # Passes edit functions in place (new ops, operands replaced, attributes set anew): a specialization
+    # holds for this wiring only.
+    wiring = tuple((id(op), id(op.attrs), *map(id, op.operands)) for op in f.ops) + tuple(map(id, f.results))
     done = _CACHE.setdefault(f, {})
     if done.get(key, (None,))[0] != wiring:
         done[key] = (wiring, _specialize(module, f, key))

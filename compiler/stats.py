@@ -68,9 +68,10 @@ def module_stats(module: Module, entry: str = "main", data_args: Sequence[str] |
     }
 
 
-# The sizes a dynamic function is counted at: each `?` = n for n = 1..5 fits and checks a polynomial in n
-# (FLOPs and bytes are sums of products of sizes: degree <= 3 covers a batch times a sequence squared).
-_SAMPLES = (1, 2, 3, 4, 5)
+# The sizes a dynamic function is counted at: each `?` = n for five sizes from the smallest it takes fits
+# and checks a polynomial in n (FLOPs and bytes are sums of products of sizes: degree <= 3 covers a batch
+# times a sequence squared).
+_SAMPLES = (0, 1, 2, 3, 4)
 _VARYING = ("flops", "params", "param_bytes", "input_bytes", "output_bytes", "intermediate_bytes")
 
 
@@ -84,23 +85,37 @@ def _dynamic_stats(module: Module, f: Func, data_args: Sequence[str] | None) -> 
         return module_stats(specialize_module(module, f.name, shapes), f.name, data_args, memory)
 
     out = at(NOMINAL, True)
-    samples = [at(n, False) for n in _SAMPLES]
+    # The smallest sizes the function takes (a 3x3 conv over a `?` height needs 3 rows, a pool its window).
+    first = next((n for n in (1, 2, 4, 8, 16, 32, 64) if _valid(lambda: at(n, False))), NOMINAL)
+    xs = [first + d for d in _SAMPLES]
+    try:
+        samples = [at(n, False) for n in xs]
+    except GCError:
+        samples = []
     expressions = {}
     for key in _VARYING:
         values = [s[key] for s in samples]
-        if len(set(values)) > 1:
-            coeffs = _fit(values[:4])
-            ok = coeffs is not None and _poly(coeffs, _SAMPLES[4]) == values[4] and _poly(coeffs, NOMINAL) == out[key]
+        if len(set(values)) > 1 or not samples:
+            coeffs = _fit(xs[:4], values[:4]) if samples else None
+            ok = coeffs is not None and _poly(coeffs, xs[4]) == values[4] and _poly(coeffs, NOMINAL) == out[key]
             expressions[key] = _format_poly(coeffs) if ok else "varies with n"
     return {**out, "sizes": f"every ? = n; figures at n = {NOMINAL}", "expressions": expressions}
 
 
-def _fit(values: list[int]) -> list[int] | None:
-    """Integer coefficients c0..c3 of the cubic through (1, v1)..(4, v4), or None if they are not integers."""
+def _valid(make) -> bool:
+    try:
+        make()
+        return True
+    except GCError:
+        return False
+
+
+def _fit(xs: list[int], values: list[int]) -> list[int] | None:
+    """Integer coefficients c0..c3 of the cubic through (x1, v1)..(x4, v4), or None if they are not integers."""
     from fractions import Fraction
 
     n = len(values)
-    rows = [[Fraction(x**k) for k in range(n)] + [Fraction(v)] for x, v in zip(_SAMPLES, values)]
+    rows = [[Fraction(x**k) for k in range(n)] + [Fraction(v)] for x, v in zip(xs, values)]
     for i in range(n):  # Gauss-Jordan on the Vandermonde system, exactly
         p = next(r for r in range(i, n) if rows[r][i] != 0)
         rows[i], rows[p] = rows[p], rows[i]

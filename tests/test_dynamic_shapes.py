@@ -335,3 +335,59 @@ def test_check_numerics_and_bisect_run_a_dynamic_module(tmp_path) -> None:
     assert r.returncode == 0 and "every pass kept the outputs" in r.stderr, r.stderr
     r = gc("bisect", str(src), "-O2")
     assert r.returncode == 0 and "no pass changed the outputs" in r.stdout + r.stderr
+
+
+_LOSS = "  %s = graph.reduce_sum({v})\n  return %s\n}}\n"
+
+
+@pytest.mark.parametrize("args, body, last", [
+    ("%x: tensor<?x4xf32>, %y: tensor<?x4xf32>", "%c = graph.concat(%x, %y) {axis = 0}", "%c"),
+    ("%x: tensor<?x4xf32>", "%c = graph.slice(%x) {starts = [1], ends = [-1], axes = [0]}", "%c"),
+    ("%x: tensor<?x8xf32>, %i: tensor<?xi64>", "%c = graph.gather(%x, %i) {axis = 0}", "%c"),
+    ("%x: tensor<1x3x?x?xf32>", "%c = graph.avg_pool2d(%x) {kernel = [2, 2]}", "%c"),
+])
+def test_autodiff_of_a_gradient_that_needs_a_hidden_size_is_one_diagnostic(args, body, last, tmp_path) -> None:
+    src = tmp_path / "f.gir"
+    src.write_text(f"func @main({args}) -> tensor<f32> {{\n  {body}\n" + _LOSS.format(v=last))
+    r = gc("opt", str(src), "-p", "autodiff")
+    assert r.returncode == 1 and "gradient needs sizes that are ? here" in r.stderr and "2:" in r.stderr, r.stderr
+    assert "internal" not in r.stderr
+
+
+def test_autodiff_of_a_conv_whose_channels_are_unknown_is_right() -> None:
+    """The weights know the channels the input leaves `?`: the gradient types agree at run time."""
+    text = ("func @main(%x: tensor<1x?x8x8xf32>, %w: tensor<4x3x3x3xf32>) -> tensor<f32> {\n"
+            "  %y = graph.conv2d(%x, %w)\n" + _LOSS.format(v="%y"))
+    dyn, static = parse(text), parse(text.replace("1x?x8x8", "1x3x8x8"))
+    for m in (dyn, static):
+        run_pipeline(m, "autodiff")
+    x = {"x": np.random.default_rng(0).standard_normal((1, 3, 8, 8), dtype=np.float32),
+         "w": np.random.default_rng(1).standard_normal((4, 3, 3, 3), dtype=np.float32)}
+    for g, w in zip(run(dyn, x, "main_grad"), run(static, x, "main_grad"), strict=True):
+        np.testing.assert_array_equal(g, w)
+
+
+def test_random_inputs_ask_the_sized_function_for_index_ranges(tmp_path) -> None:
+    src = tmp_path / "g.gir"
+    src.write_text("func @main(%x: tensor<?x8xf32>, %i: tensor<?xi64>) -> tensor<f32> {\n"
+                   "  %c = graph.gather(%x, %i) {axis = 0}\n" + _LOSS.format(v="%c"))
+    r = gc("run", str(src), "--random-inputs", "0", "--shape", "x=5x8", "--shape", "i=3")
+    assert r.returncode == 0 and r.stdout.startswith("result0: tensor<f32>"), r.stderr
+
+
+def test_gc_stats_starts_at_the_smallest_size_a_function_takes(tmp_path) -> None:
+    src = tmp_path / "p.gir"
+    src.write_text("func @main(%x: tensor<1x3x?x?xf32>) -> tensor<f32> {\n"
+                   "  %c = graph.avg_pool2d(%x) {kernel = [2, 2]}\n" + _LOSS.format(v="%c"))
+    r = gc("stats", str(src))
+    assert r.returncode == 0, r.stderr
+    assert "input bytes                       196,608  = 12·n²" in r.stdout
+
+
+def test_a_batch_of_zero_runs_and_saves(tmp_path) -> None:
+    model = compiler.compile("func @main(%x: tensor<?x64xf32>, %w: tensor<64x24xf32>) -> tensor<?x24xf32> {\n"
+                             "  %y = graph.matmul(%x, %w)\n  return %y\n}\n", "llvm")
+    w = np.ones((64, 24), np.float32)
+    assert model(np.zeros((0, 64), np.float32), w)[0].shape == (0, 24)
+    model.save(tmp_path / "m.gcpkg")
+    assert compiler.load(tmp_path / "m.gcpkg")(np.zeros((0, 64), np.float32), w)[0].shape == (0, 24)

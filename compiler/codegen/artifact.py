@@ -66,6 +66,8 @@ def save(model, path: str | Path) -> None:
     members: dict[str, bytes] = {"plan.json": json.dumps({**plan_head(model.target), **model.plan.to_json()},
                                                          indent=1).encode()}
     lib_bytes = model.lib_bytes
+    if lib_bytes is None and model.lib is None:  # no kernel to run (every result empty or an input): no library
+        lib_bytes = b""
     if lib_bytes is None:  # compiled in this process; a loaded model keeps the library it came with
         with tempfile.TemporaryDirectory() as d:
             lib = Path(d) / "lib.so"
@@ -230,6 +232,10 @@ def load(path: str | Path):
             except UnicodeDecodeError:
                 raise r.error("source.gir is not UTF-8 text") from None
         lib_bytes = r.read("lib.so")
+        if not any("kernel" in c for c in plan["calls"]):  # a plan of no kernel has an empty library
+            model = CompiledModel(None, Plan.from_json(plan), restore_bf16(consts), target)
+            model.source, model.lib_bytes = source, lib_bytes
+            return model
         with tempfile.TemporaryDirectory() as d:
             lib_path = Path(d) / "lib.so"
             lib_path.write_bytes(lib_bytes)

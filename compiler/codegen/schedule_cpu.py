@@ -165,19 +165,26 @@ def block_params(sch: s_tir.Schedule, blocked: Mapping[int, Blocked]) -> s_tir.S
         n, ch, h, w = idx
         return [simplify(n), simplify(tirx.floordiv(ch, c)), simplify(h), simplify(w), simplify(tirx.floormod(ch, c))]
 
+    def four(what, src, n: int) -> bool:
+        if src not in width:
+            return False
+        if n not in (4, 5):  # an NCHW access of another rank would read the blocked bytes wrongly, unnoticed
+            raise ValueError(f"a {what} of blocked {src.name} with {n} indices")
+        return n == 4  # 5: already the blocked buffer's (a rewritten node met again)
+
     def load(ld):
         src = ld.source
-        return tirx.BufferLoad(new.get(src, src), index(ld.indices, width[src])) if src in width and len(ld.indices) == 4 else ld
+        return tirx.BufferLoad(new.get(src, src), index(ld.indices, width[src])) if four("load", src, len(ld.indices)) else ld
 
     def store(st):
         buf = st.buffer
-        if buf not in width or len(st.indices) != 4:
+        if not four("store", buf, len(st.indices)):
             return st
         return tirx.BufferStore(new.get(buf, buf), st.value, index(st.indices, width[buf]))
 
     def region(r):
         src = r.source
-        if src not in width or len(r.region) != 4:
+        if not four("region", src, len(r.region)):
             return r
         c = width[src]
         n, ch, h, w = r.region

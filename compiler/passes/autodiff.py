@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from compiler.builder import Builder
-from compiler.ir import Func, Module, Op, Value
+from compiler.diagnostics import GCError
+from compiler.ir import Func, Module, Op, Value, shapes_differ
 from compiler.passes import InputError, Pass
 from compiler.rewrite import erase_dead_ops, inline_calls
 from dialects.graph import creation
@@ -58,18 +59,35 @@ def append_backward(f: Func, loss: Value, wrt: Sequence[Value]) -> list[Value]:
         if type(op).grad is Op.grad:
             raise InputError(f"{op.name} has no gradient rule: autodiff cannot differentiate through it", op.loc)
         b = Builder(f, None, op.loc)
-        grads = op.grad(b, dys)
+        try:
+            grads = op.grad(b, dys)
+        except (TypeError, AssertionError, GCError) as e:
+            if all(v.type.is_static for v in (*op.operands, *op.results)):
+                raise
+            # A gradient written with a size that is `?` here (a split's sections along a `?` axis, a
+            # gather's one-hot over `?` indices, a pool's window counts over a `?` height): not yet.
+            why = e.message if isinstance(e, GCError) else str(e)
+            raise InputError(f"autodiff: {op.name}'s gradient needs sizes that are ? here ({why}); write "
+                             "them in the types to differentiate it", op.loc) from None
         assert len(grads) == len(op.operands), f"{op.name}.grad gave {len(grads)} gradients for {len(op.operands)}"
         for v, g in zip(op.operands, grads):
             if g is None or v not in active:
                 continue
-            assert g.type == v.type, f"{op.name}.grad: the gradient of {v.type} has type {g.type}"
+            # With `?` sizes a gradient may know a size its value's type leaves `?`, or the reverse (a conv's
+            # channels, known from the weights, `?` in the input): the types must be able to agree.
+            assert g.type.dtype == v.type.dtype and not shapes_differ(g.type.shape, v.type.shape), (
+                f"{op.name}.grad: the gradient of {v.type} has type {g.type}")
             adjoint[v] = b.add(adjoint[v], g) if v in adjoint else g
     out = []
     for v in wrt:
         g = adjoint.get(v)
         if g is None:
-            g = Builder(f, None, v.loc).constant(np.zeros(v.type.shape), v.type.dtype)
+            b = Builder(f, None, v.loc)
+            if v.type.is_static:
+                g = b.constant(np.zeros(v.type.shape), v.type.dtype)
+            else:  # zeros of v's run-time shape
+                zero = b.constant(np.array(0.0), v.type.dtype)
+                g = b.where(b.equal(v, v), zero, zero)
         _name(g, v)
         out.append(g)
     return out

@@ -391,3 +391,13 @@ def test_a_batch_of_zero_runs_and_saves(tmp_path) -> None:
     assert model(np.zeros((0, 64), np.float32), w)[0].shape == (0, 24)
     model.save(tmp_path / "m.gcpkg")
     assert compiler.load(tmp_path / "m.gcpkg")(np.zeros((0, 64), np.float32), w)[0].shape == (0, 24)
+
+
+def test_a_mismatch_is_the_same_diagnostic_for_a_cuda_model() -> None:
+    """Sizes are checked when the function is specialized, before any code is made or run: a cuda model
+    (built anywhere, run only beside a GPU) says the same as the interpreter and the llvm model."""
+    text = ("func @main(%a: tensor<?x4xf32>, %b: tensor<?x4xf32>) -> tensor<?x4xf32> {\n"
+            "  %y = graph.add(%a, %b)\n  return %y\n}\n")
+    with pytest.raises(GCError) as e:
+        compiler.compile(text, "cuda")(np.ones((3, 4), np.float32), np.ones((5, 4), np.float32))
+    assert "do not broadcast" in str(e.value) and "%b is tensor<?x4xf32>; this call gives it 5x4" in str(e.value)

@@ -700,11 +700,27 @@ def test_scatter_elements_with_indices_longer_than_data_is_a_diagnostic() -> Non
         import_onnx(model)
 
 
-def test_scatter_with_indices_computed_at_run_time_is_a_diagnostic() -> None:
-    model = make_model([node("ScatterND", ["x", "i", "u"])], {"x": rand(3, 2), "i": ints(0, 1).reshape(2, 1),
-                                                              "u": rand(2, 2)}, ["y"])
-    with pytest.raises(GCError, match=r"input #1 \(indices\) must be a constant"):
-        import_onnx(model)
+@pytest.mark.parametrize("op, reduction, indices", [
+    ("ScatterND", "none", np.array([[0], [2], [0]], np.int64)),  # row 0 twice: the last update wins
+    ("ScatterND", "add", np.array([[-1], [2], [-1]], np.int64)),
+    ("ScatterND", "max", np.array([[1], [1], [0]], np.int64)),
+    ("ScatterElements", "none", np.array([[1, 0], [0, -1], [2, 1]], np.int64)),
+    ("ScatterElements", "mul", np.array([[1, 1], [0, 0], [2, 2]], np.int64)),
+])
+def test_scatter_indices_computed_at_run_time(op, reduction, indices) -> None:
+    """The indices do not change the result's shape, so they may come at run time: matched against every row
+    there. Interpreted and compiled, against onnx's reference."""
+    x = rand(4, 2)
+    u = rand(*indices.shape) if op == "ScatterElements" else rand(3, 2)  # an update a row, or an element
+    extra = {"axis": 0} if op == "ScatterElements" else {}
+    model = make_model([node(op, ["x", "i", "u"], reduction=reduction, **extra)], {"x": x, "i": indices, "u": u},
+                       ["y"], opset=18)
+    (want,) = ReferenceEvaluator(model).run(None, {"x": x, "i": indices, "u": u})
+    imported = import_onnx(model)
+    (got,) = compiler.run(imported.module, {"x": x, "i": indices, "u": u})
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    (compiled,) = compiler.compile(imported.module, "llvm")(x=x, i=indices, u=u)
+    np.testing.assert_allclose(compiled, want, rtol=1e-6)
 
 
 def test_lp_pool_of_p_below_one_is_a_diagnostic() -> None:

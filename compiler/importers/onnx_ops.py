@@ -1446,11 +1446,61 @@ def _scatter(n: Node, rows: Value, updates: Value, targets: np.ndarray, reductio
     return out
 
 
+def _scatter_at_run_time(n: Node, rows: Value, updates: Value, targets: Value, reduction: str) -> Value:
+    """`_scatter` with the row targets computed at run time ([N] i64): each output row matched against
+    every target, so O(rows x updates) compares (fine for the index tensors models feed at run time; the
+    known ones take `_scatter`). A target outside the rows matches none (ONNX leaves it undefined)."""
+    if reduction not in _SCATTER_REDUCTIONS:
+        raise n.error(f"reduction '{reduction}' is not one of {', '.join(_SCATTER_REDUCTIONS)}")
+    b, (count, width), m = n.b, rows.type.shape, updates.type.shape[0]
+    dtype = rows.type.dtype
+    match = b.equal(b.reshape(targets, shape=(1, m)), n.constant(np.arange(count).reshape(count, 1), DType.i64))
+    if reduction == "none":  # the last matching update wins: the largest of j + 1 over the matches
+        score = b.where(match, n.constant(np.arange(1, m + 1).reshape(1, m), DType.i64), n.constant(np.array(0), DType.i64))
+        hit = b.greater(b.reduce_max(score, axes=[1], keepdims=True), n.constant(np.array(0), DType.i64))
+        return b.where(hit, b.gather(updates, b.argmax(score, axis=1), axis=0), rows)
+    if reduction == "add" and dtype.is_float:
+        return b.add(rows, b.matmul(b.cast(match, dtype=dtype), updates))
+    # mul, max, min (and add of integers): each row's matching updates reduced, those matching none left alone
+    identity = {"add": 0, "mul": 1, "max": -np.inf if dtype.is_float else np.iinfo(dtype.np).min,
+                "min": np.inf if dtype.is_float else np.iinfo(dtype.np).max}[reduction]
+    spread = b.where(b.reshape(match, shape=(count, m, 1)), b.reshape(updates, shape=(1, m, width)),
+                     n.constant(np.array(identity), dtype))
+    reduced = {"add": b.reduce_sum, "mul": b.reduce_prod, "max": b.reduce_max, "min": b.reduce_min}[reduction](spread, axes=[1])
+    combined = {"add": b.add, "mul": b.mul, "max": b.maximum, "min": b.minimum}[reduction](rows, reduced)
+    hit = b.reshape(b.greater(b.reduce_sum(b.cast(match, dtype=DType.i64), axes=[1]), n.constant(np.array(0), DType.i64)),
+                    shape=(count, 1))
+    return b.where(hit, combined, rows)
+
+
+def _wrapped(n: Node, idx: Value, size) -> Value:
+    """Indices as i64, a negative one counting from the end (`size`: a scalar or an array that broadcasts)."""
+    idx = n.b.cast(idx, dtype=DType.i64) if idx.type.dtype != DType.i64 else idx
+    bound = n.constant(np.asarray(size, np.int64), DType.i64)
+    return n.b.where(n.b.less(idx, n.constant(np.array(0), DType.i64)), n.b.add(idx, bound), idx)
+
+
 @converts("ScatterND", attrs="reduction")
 def scatter_nd(n: Node) -> list:
-    """data with data[indices[i..., :]] = updates[i...] (or combined by `reduction`), for indices known at
-    import time (Swin-T's attention masks): data as [P, R] rows, each update a row (`_scatter`)."""
+    """data with data[indices[i..., :]] = updates[i...] (or combined by `reduction`): data as [P, R] rows, each
+    update a row; indices known at import time (Swin-T's attention masks) pick the rows then (`_scatter`),
+    others at run time (`_scatter_at_run_time`)."""
     data, updates = n.x(0), n.x(2)
+    if n.known(1) is None:
+        idx = n.x(1)
+        if not idx.type.dtype.is_int or idx.type.rank < 1:
+            raise n.error(f"indices must be integers with a last axis of coordinates, got {idx.type}")
+        k, shape = idx.type.shape[-1], data.type.shape
+        lead = tuple(idx.type.shape[:-1])
+        if not 1 <= k <= data.type.rank or tuple(updates.type.shape) != (*lead, *shape[k:]):
+            raise n.error(f"updates {updates.type} must be indices' {list(lead)} then data's {list(shape[k:])}")
+        count, row = math.prod(shape[:k]), math.prod(shape[k:])
+        coords = _wrapped(n, n.b.reshape(idx, shape=(math.prod(lead), k)), np.array(shape[:k]).reshape(1, k))
+        strides = np.array([math.prod(shape[j + 1 : k]) for j in range(k)], np.int64).reshape(k, 1)
+        targets = n.b.reshape(n.b.matmul(coords, n.constant(strides, DType.i64)), shape=(math.prod(lead),))
+        out = _scatter_at_run_time(n, n.b.reshape(data, shape=(count, row)),
+                                   n.b.reshape(updates, shape=(math.prod(lead), row)), targets, n.attr("reduction", "none"))
+        return [n.b.reshape(out, shape=tuple(shape))]
     idx = n.const(1, "indices")
     if idx.dtype.kind not in "iu" or idx.ndim < 1:
         raise n.error(f"indices must be integers with a last axis of coordinates, got {idx.dtype}{list(idx.shape)}")
@@ -1476,9 +1526,25 @@ def scatter_elements(n: Node) -> list:
     """data with data[i with i[axis] replaced by indices[i]] = updates[i] (or combined by `reduction`), for
     indices known at import time: each element an update of one row of the flattened data (`_scatter`)."""
     data, updates = n.x(0), n.x(2)
-    idx = n.const(1, "indices")
     r = data.type.rank
     axis = _axis(n, n.attr("axis", 0), r)
+    if n.known(1) is None:  # indices at run time: each element's flat target computed from them
+        idx = n.x(1)
+        shape = tuple(idx.type.shape)
+        if not idx.type.dtype.is_int or shape != tuple(updates.type.shape) or len(shape) != r:
+            raise n.error(f"indices {idx.type} must be integers shaped as updates {updates.type}")
+        if any(i > d for a, (i, d) in enumerate(zip(shape, data.type.shape)) if a != axis):
+            raise n.error(f"indices {list(shape)} are longer than data {data.type} along an axis other than {axis}")
+        at = np.indices(shape).astype(np.int64)
+        strides = np.array([math.prod(data.type.shape[a + 1 :]) for a in range(r)], np.int64)
+        base = np.tensordot(strides, at, axes=1) - at[axis] * strides[axis]  # every coordinate but the axis'
+        wrapped = _wrapped(n, idx, data.type.shape[axis])
+        flat = n.b.add(n.constant(base, DType.i64), n.b.mul(wrapped, n.constant(np.array(strides[axis]), DType.i64)))
+        size = math.prod(shape)
+        out = _scatter_at_run_time(n, n.b.reshape(data, shape=(data.type.size, 1)), n.b.reshape(updates, shape=(size, 1)),
+                                   n.b.reshape(flat, shape=(size,)), n.attr("reduction", "none"))
+        return [n.b.reshape(out, shape=tuple(data.type.shape))]
+    idx = n.const(1, "indices")
     if idx.dtype.kind not in "iu" or idx.shape != tuple(updates.type.shape) or idx.ndim != r:
         raise n.error(f"indices {idx.dtype}{list(idx.shape)} must be integers shaped as updates {updates.type}")
     size = data.type.shape[axis]

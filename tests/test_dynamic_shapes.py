@@ -401,3 +401,37 @@ def test_a_mismatch_is_the_same_diagnostic_for_a_cuda_model() -> None:
     with pytest.raises(GCError) as e:
         compiler.compile(text, "cuda")(np.ones((3, 4), np.float32), np.ones((5, 4), np.float32))
     assert "do not broadcast" in str(e.value) and "%b is tensor<?x4xf32>; this call gives it 5x4" in str(e.value)
+
+
+def test_threads_calling_a_dynamic_model_at_different_sizes_get_their_own_results() -> None:
+    """Sizes compiled on first use under a lock, each size's model thread-safe: four threads, three sizes
+    (two threads racing to compile one of them), every result the interpreter's."""
+    import threading
+
+    at, _ = EXAMPLES["mlp"]
+    first = _inputs(at(4))
+    weights = {k: v for k, v in first.items() if k != "x"}
+    model = compiler.compile(at("?"), "llvm", params=weights)
+    module = parse(at("?"))
+    sizes = [2, 5, 5, 9]
+    xs = [np.random.default_rng(n + i).standard_normal((n, 784), dtype=np.float32) for i, n in enumerate(sizes)]
+    got: dict[int, list] = {}
+    errors: list[BaseException] = []
+
+    def call(i: int) -> None:
+        try:
+            got[i] = [model(xs[i])[0] for _ in range(5)]
+        except BaseException as e:  # noqa: BLE001 (reported below)
+            errors.append(e)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(len(sizes))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert sorted(model.sizes) == [((2, 784),), ((5, 784),), ((9, 784),)]
+    for i, x in enumerate(xs):
+        (want,) = run(module, {"x": x, **weights})
+        for g in got[i]:
+            np.testing.assert_allclose(g, want, rtol=2e-4, atol=2e-4)

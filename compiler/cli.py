@@ -599,11 +599,12 @@ def cmd_run(args) -> int:
 
 def _shape_arg(text: str) -> tuple[str, tuple[int, ...]]:
     """NAME=8x784 (NAME= for a scalar) -> ("NAME", (8, 784))."""
-    name, eq, dims = text.partition("=")
-    parts = dims.split("x") if dims else []
-    if not eq or not name or not all(p.isdigit() for p in parts):
-        raise argparse.ArgumentTypeError(f"'{text}' is not NAME=D1xD2... (sizes as non-negative integers)")
-    return name.removeprefix("%"), tuple(int(p) for p in parts)
+    from compiler.inputs import parse_sized_name
+
+    try:
+        return parse_sized_name(text, "--shape")
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _is_artifact(path: str) -> bool:

@@ -8,6 +8,7 @@ activations stay near unit size through deep nets.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 
@@ -90,6 +91,16 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     bf16 = DType.bf16.np
     write_atomic(path, lambda fh: np.savez(fh, **{k: x.astype(np.float32) if x.dtype == bf16 else x
                                                   for k, x in arrays.items()}))
+
+
+def parse_sized_name(text: str, flag: str) -> tuple[str, tuple[int, ...]]:
+    """`x=1x3x224x224` -> ("x", (1, 3, 224, 224)); `x=` is a scalar; a leading % of the name is dropped.
+    ValueError naming `flag` if malformed."""
+    name, sep, dims = text.rpartition("=")
+    name = name.removeprefix("%")
+    if not sep or not name or not re.fullmatch(r"(\d+(x\d+)*)?", dims):
+        raise ValueError(f"bad {flag} {text!r}: expected NAME=D1xD2x..., e.g. x=1x3x224x224")
+    return name, tuple(int(d) for d in dims.split("x")) if dims else ()
 
 
 def random_inputs(f: Func, seed: int, module: Module | None = None,

@@ -104,17 +104,21 @@ class DynamicModel:
             model = self._models.get(tuple(x.shape for x in args))  # the common case: 16 -> 3 us a call
             if model is not None:
                 return model(*args)
-        inputs = self._bind(args, kwargs)
-        return self.model_for([x.shape for x in inputs])(*inputs)
+        model, inputs = self._resolve(args, kwargs)
+        return model(*inputs)
 
     def run_into(self, outputs: list[np.ndarray], *args, **kwargs) -> list[np.ndarray]:
-        inputs = self._bind(args, kwargs)
-        return self.model_for([x.shape for x in inputs]).run_into(outputs, *inputs)
+        model, inputs = self._resolve(args, kwargs)
+        return model.run_into(outputs, *inputs)
 
     def profile(self, *args, **kwargs):
-        inputs = self._bind(args, {k: v for k, v in kwargs.items() if k in self.arg_names})
-        rest = {k: v for k, v in kwargs.items() if k not in self.arg_names}
-        return self.model_for([x.shape for x in inputs]).profile(*inputs, **rest)
+        model, inputs = self._resolve(args, {k: v for k, v in kwargs.items() if k in self.arg_names})
+        return model.profile(*inputs, **{k: v for k, v in kwargs.items() if k not in self.arg_names})
+
+    def _resolve(self, args, kwargs) -> tuple:
+        """(the static model of these inputs' sizes, the inputs checked and cast)."""
+        inputs = self._bind(args, kwargs)
+        return self.model_for([x.shape for x in inputs]), inputs
 
     @property
     def plan(self):

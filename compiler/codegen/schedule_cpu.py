@@ -202,17 +202,6 @@ def blocks_of(c: int):
     return lambda n, ch, h, w: (n, ch // c, h, w, ch % c)
 
 
-def _access(sch: s_tir.Schedule, buf):
-    """A block that accesses `buf`: (block, "read" or "write", its position among those)."""
-    for b in blocks(sch):
-        blk = sch.get(b)
-        for kind, regions in (("write", blk.writes), ("read", blk.reads)):
-            for j, r in enumerate(regions):
-                if r.source.same_as(buf):
-                    return b, kind, j
-    raise ValueError(f"no block accesses {buf.name}")
-
-
 def _done(sch: s_tir.Schedule, rule: str, unaligned: bool, blocked: Mapping[int, Blocked],
           native: Collection[int], post: Collection[Callable[[tirx.PrimFunc], tirx.PrimFunc]] = ()) -> tirx.PrimFunc:
     func = sch.mod["main"]

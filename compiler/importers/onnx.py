@@ -36,7 +36,7 @@ import numpy as np
 from compiler.builder import Builder
 from compiler.diagnostics import Diagnostic, GCError, printable
 from compiler.files import check_writable, write_atomic
-from compiler.inputs import save_npz
+from compiler.inputs import parse_sized_name, save_npz
 from compiler.ir import DYN, DType, Func, Module, Op, TensorType, Value, known
 from compiler.parser import parse
 from compiler.printer import print_module
@@ -182,10 +182,7 @@ def load_model(path: str, data: bytes | None = None) -> Any:
 
 def parse_input_shape(text: str) -> tuple[str, tuple[int, ...]]:
     """`input=1x3x224x224` -> ("input", (1, 3, 224, 224)); `x=` is a scalar. ValueError if malformed."""
-    name, sep, dims = text.rpartition("=")
-    if not sep or not name or not re.fullmatch(r"(\d+(x\d+)*)?", dims):
-        raise ValueError(f"bad --input-shape {text!r}: expected NAME=D1xD2x..., e.g. input=1x3x224x224")
-    return name, tuple(int(d) for d in dims.split("x")) if dims else ()
+    return parse_sized_name(text, "--input-shape")
 
 
 def cmd_import(args) -> int:

@@ -420,3 +420,63 @@ def test_threads_calling_one_cuda_model_get_their_own_results(name: str) -> None
     for x, w in zip(sets, want):
         np.testing.assert_allclose(w, compiler.run(module, x)[0], rtol=1e-3, atol=1e-4)
     assert hammer(model, sets, want, calls=20) == []
+
+
+# -- dynamic sizes and in-place epilogues on the GPU --
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
+def test_a_dynamic_example_on_the_gpu_matches_the_interpreter_at_every_size(name: str) -> None:
+    """One `?` model called at each size (each compiled at its first call) against the static interpreter;
+    a call whose sizes disagree is refused before any kernel runs."""
+    from test_dynamic_shapes import EXAMPLES as DYNAMIC
+    from test_dynamic_shapes import _inputs
+
+    at, sizes = DYNAMIC[name]
+    model = compiler.compile(at("?"), "cuda", arch=None)
+    for n in sizes + sizes[:1]:  # the first size again: from the model's per-size table
+        x = _inputs(at(n))
+        for g, w in zip(model(**x), compiler.run(parse(at(n)), x), strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4)
+
+
+def _in_place(pipeline_flag: str) -> str:
+    return (f"canonicalize,fold-constants,cse,dce,fuse,schedule,plan-memory{{align=256,"
+            f"in-place-epilogues={pipeline_flag}}},assign-streams")
+
+
+RESIDUAL_CUDA = """func @main(%x: tensor<1x16x8x8xf32>, %w: tensor<16x16x3x3xf32>, %v: tensor<16x16x3x3xf32>,
+                 %m: tensor<64x64xf32>, %n: tensor<64x64xf32>, %k: tensor<64x64xf32>) -> (tensor<1x16xf32>, tensor<64xf32>) {
+  %a = graph.exp(%x) : tensor<1x16x8x8xf32>
+  %h = graph.conv2d(%a, %w) {padding = [1, 1, 1, 1]} : tensor<1x16x8x8xf32>
+  %r = graph.relu(%h) : tensor<1x16x8x8xf32>
+  %c = graph.conv2d(%r, %v) {padding = [1, 1, 1, 1]} : tensor<1x16x8x8xf32>
+  %s = graph.add(%c, %a) : tensor<1x16x8x8xf32>
+  %o = graph.relu(%s) : tensor<1x16x8x8xf32>
+  %g = graph.reduce_max(%o) {axes = [2, 3]} : tensor<1x16xf32>
+  %e = graph.exp(%k) : tensor<64x64xf32>
+  %p = graph.matmul(%m, %n) : tensor<64x64xf32>
+  %q = graph.add(%p, %e) : tensor<64x64xf32>
+  %t = graph.reduce_max(%q) {axes = [1]} : tensor<64xf32>
+  return %g, %t
+}
+"""
+
+
+def test_cuda_plans_with_in_place_epilogues_write_a_result_over_its_epilogue_operand() -> None:
+    """Without a GPU: the plan the GPU test below runs really writes results in place (smaller arena)."""
+    on = compiler.compile(RESIDUAL_CUDA, "cuda", pipeline=_in_place("true"), arch=ARCH)
+    off = compiler.compile(RESIDUAL_CUDA, "cuda", pipeline=_in_place("false"), arch=ARCH)
+    assert on.plan.memory["arena_bytes"] < off.plan.memory["arena_bytes"]
+
+
+@needs_gpu
+@pytest.mark.parametrize("path", [*EXAMPLES, "residual"], ids=lambda p: getattr(p, "stem", p))
+def test_in_place_epilogues_on_the_gpu_match_the_interpreter(path) -> None:
+    """The CUDA schedules (dlight's Matmul and reduction rules) read an epilogue operand where they write the
+    result, thread by thread, so the result may take the operand's bytes, as on the CPU."""
+    module = parse(RESIDUAL_CUDA) if path == "residual" else parse_file(path)
+    model = compiler.compile(module, "cuda", pipeline=_in_place("true"), arch=None)
+    for _ in range(2):
+        assert_matches_interpreter(module, model, rtol=1e-3, atol=1e-4)

@@ -1,7 +1,7 @@
 """Dynamic sizes against static ones: each example with its batch (or sequence) `?`, one compile called
 at several sizes, against the static model compiled for each size, in turns in one process.
 
-    python tools/bench_dynamic.py [--batches 15] [--calls 5]
+    python tools/bench_dynamic.py [--batches 15] [--calls 5] [--target cuda]
 
 Each figure is the median over batches of the fastest of `--calls` calls (docs/benchmarks.md).
 """
@@ -41,16 +41,17 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--batches", type=int, default=15)
     p.add_argument("--calls", type=int, default=5)
+    p.add_argument("--target", default="llvm", choices=["llvm", "cuda"], help="cuda: whole calls from NumPy")
     args = p.parse_args()
     print("| model | size | dynamic ms | static ms | dynamic / static |\n|---|---:|---:|---:|---:|")
     for name, (at, sizes) in CASES.items():
         first = random_inputs(compiler.parse(at(sizes[0]))["main"], 0)
         data = next(iter(first))
         weights = {k: v for k, v in first.items() if k != data}
-        dynamic = compiler.compile(at("?"), "llvm", params=weights)
+        dynamic = compiler.compile(at("?"), args.target, params=weights)
         for n in sizes:
             x = random_inputs(compiler.parse(at(n))["main"], 0)[data]
-            static = compiler.compile(at(n), "llvm", params=weights)
+            static = compiler.compile(at(n), args.target, params=weights)
             dynamic(x), static(x)  # the dynamic model compiles this size at its first call
             best: dict[str, list[float]] = {"dynamic": [], "static": []}
             for _ in range(args.batches):

@@ -5,7 +5,7 @@
 # graphviz unpacked from their wheels, without libtvm_compiler.so) and libtvm_compiler.so.xz, which the
 # device tool's 64 MiB limit cannot carry as a wheel. Logs go to $OUT (or ./gpu-out).
 #
-#   BUNDLE=.gpu OUT=/tmp/out [BENCH_ONLY=nets] bash tools/gpu_check.sh [tests,cli,bench,suite]
+#   BUNDLE=.gpu OUT=/tmp/out [BENCH_ONLY=nets] bash tools/gpu_check.sh [tests,dynamic,cli,bench,suite]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}
@@ -43,6 +43,11 @@ if [[ $STEPS == *tests* ]]; then
   log tests/test_codegen_cuda.py and the cuda cases of tests/test_nan.py
   python3 -m pytest tests/test_codegen_cuda.py tests/test_nan.py -q -n 8 -p no:cacheprovider -rfEs --no-header 2>&1 |
     tee "$OUT/test_codegen_cuda.log" | tail -40
+fi
+
+if [[ $STEPS == *dynamic* ]]; then
+  log "tools/bench_dynamic.py --target cuda: one ? model against the static one per size"
+  timeout 300 python3 tools/bench_dynamic.py --target cuda --batches 9 2>&1 | tee "$OUT/dynamic.log"
 fi
 
 if [[ $STEPS == *cli* ]]; then

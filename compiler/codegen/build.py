@@ -39,14 +39,15 @@ def plan_module(module: Module, target: str = "llvm", entry: str = "main", *, co
     streams = ",assign-streams" if target == "cuda" else ""
     flag = "true" if concurrent and target == "cuda" else "false"
     # On the CPU a conv reads its input in place from arena bytes with a zero border, which the kernel
-    # writing the input writes (see plan-memory); the CUDA schedules stage inputs through shared memory. The CPU schedules write a conv or matmul
-    # result tile by tile, reading an epilogue operand just where they write, so the result may go over
-    # it (tested against the interpreter; on CUDA that is not verified on a GPU yet).
+    # writing the input writes (see plan-memory); the CUDA schedules stage inputs through shared memory.
+    # Both targets' schedules write a conv or matmul result tile by tile (thread by thread on the GPU),
+    # reading an epilogue operand just where they write, so the result may go over it (tested against
+    # the interpreter, on an H100 for cuda: tests/test_codegen_cuda.py).
     # Concats' operands written in place: on the CPU (assign-streams would have to order a concat's
     # readers after every operand's producer).
     cpu = "true" if target == "llvm" else "false"
     run_pipeline(module, f"schedule,plan-memory{{align={ALIGN[target]},concurrent={flag},conv-borders={cpu},"
-                         f"borders-in-arena={cpu},in-place-epilogues={cpu},concat-views={cpu}}}{streams}")
+                         f"borders-in-arena={cpu},in-place-epilogues=true,concat-views={cpu}}}{streams}")
     return file_order_bound
 
 

@@ -17,8 +17,8 @@ Output: the same function in the `mem`/`exec` dialects:
   best-fit placement over several orders (`compiler.memory.place`), aligned to `align` bytes.
 - In place: a kernel made only of elementwise/broadcast ops writes its output over an input of the same
   shape and size that dies at it (each output element reads only that input element, at its own index).
-  With `in-place-epilogues` (on in the CPU build), so does a conv or matmul kernel over an input only its
-  elementwise epilogue reads: a residual block's output over the block's input, which its `add` reads.
+  With `in-place-epilogues` (on in the CPU and CUDA builds), so does a conv or matmul kernel over an
+  input only its elementwise epilogue reads: a residual block's output over the block's input, which its `add` reads.
 - `conv-borders` (on in the CPU build): a tensor that a kernel's padded conv2d reads as its input
   gets a buffer of its own outside the arena with a zero border as wide as that padding
   (`mem.alloc {pads = [0, 0, 1, 1, 0, 0, 1, 1]}`); its producer writes the interior, and the

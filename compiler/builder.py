@@ -18,11 +18,14 @@ class Builder:
         self.index = index
         self.loc = loc
 
-    def create(self, op: type[Op] | str, operands: list[Value], attrs: dict[str, Any] | None = None) -> Op:
+    def create(self, op: type[Op] | str, operands: list[Value], attrs: dict[str, Any] | None = None,
+               types: list | None = None) -> Op:
+        """A new op at the insertion point; `types` its result types where not inferred (an attribute
+        taken at run time)."""
         cls = lookup_op(op) if isinstance(op, str) else op
         if cls is None:
             raise KeyError(f"no op named {op}")
-        new = cls(list(operands), attrs or {}, None, self.loc)
+        new = cls(list(operands), attrs or {}, types, self.loc)
         if self.index is None:
             self.func.ops.append(new)
         else:

@@ -25,7 +25,7 @@ from compiler.ir import Module, Value, known
 from compiler.parser import parse
 from compiler.pipeline import PIPELINES, run_pipeline
 from compiler.printer import print_module
-from compiler.specialize import is_dynamic
+from compiler.specialize import bind_values, is_dynamic, runtime_args
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,8 @@ def compile(source: str | Module, options: Options = Options(), *, params: dict[
     if is_dynamic(module[options.entry]):  # `?` sizes: compiled per size at its first call
         from compiler.codegen.dynamic import DynamicModel
 
-        optimize(module, options)  # the graph passes' own diagnostics now, not at the first call
+        if not runtime_args(module[options.entry]):  # (passes need every attribute's value)
+            optimize(module, options)  # the graph passes' own diagnostics now, not at the first call
         model = DynamicModel(model_source, options, params, name)
         model.compile_seconds = time.perf_counter() - t0
         return model
@@ -117,6 +118,7 @@ def bind_params(module: Module, entry: str, params: dict[str, np.ndarray]) -> No
     if unknown:
         raise GCError(f"--params: @{entry} has no argument %{unknown[0]}")
     checked = bind_inputs(f, {a.name: params.get(a.name, _zeros(a)) for a in f.args})  # shapes, dtypes
+    bind_values(f, {n: x for n, x in zip(names, checked) if n in params})  # attributes that took them
     bind_arguments(f, {n: x for n, x in zip(names, checked) if n in params})
 
 

@@ -115,6 +115,13 @@ def random_inputs(f: Func, seed: int, module: Module | None = None,
     strangers = [n for n in shapes if n not in {a.name for a in f.args}]
     if strangers:
         raise GCError(f"--shape names '{strangers[0]}', which is not an argument of @{f.name}")
+    from compiler.specialize import runtime_args
+
+    taken = [n for n in runtime_args(f) if n not in skip]
+    if taken:
+        arg = next(a for a in f.args if a.name == taken[0])
+        raise GCError(f"%{taken[0]} gives an attribute its value at run time (axes, a shape, ...), which random "
+                      f"numbers cannot: give it with --inputs", arg.loc)
     types: dict[str, TensorType | None] = {}
     for a in f.args:
         t = a.type

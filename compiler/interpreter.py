@@ -10,7 +10,7 @@ import numpy as np
 from compiler.diagnostics import GCError
 from compiler.inputs import castable, narrowed
 from compiler.ir import Func, Module, Value, fits
-from compiler.specialize import specialize
+from compiler.specialize import runtime_args, specialize
 
 
 def run(module: Module, inputs: dict[str, np.ndarray] | list[np.ndarray], entry: str = "main") -> list[np.ndarray]:
@@ -24,7 +24,9 @@ def run(module: Module, inputs: dict[str, np.ndarray] | list[np.ndarray], entry:
 
 
 def run_func(module: Module, f: Func, args: list[np.ndarray]) -> list[np.ndarray]:
-    f = specialize(module, f, [a.shape for a in args])  # `?` sizes bound to this call's (f itself if none)
+    # `?` sizes and attributes taken at run time bound to this call's (f itself if none)
+    names = runtime_args(f)
+    f = specialize(module, f, [a.shape for a in args], {a.name: x for a, x in zip(f.args, args) if a.name in names})
     env: dict[Value, np.ndarray] = dict(zip(f.args, args))
     for op in f.ops:
         call = getattr(op, "interpret", None)

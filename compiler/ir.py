@@ -290,6 +290,18 @@ class SymbolRef:
         return "@" + self.name
 
 
+@dataclass(frozen=True)
+class ArgValue:
+    """An attribute taken at run time from an argument of the function: `{axes = %axes}`. The function is
+    specialized to each distinct value it is called with (compiler/specialize.py), as to each distinct size
+    of its `?` dimensions; before that the op's result types are the ones written (see docs/ir.md)."""
+
+    name: str
+
+    def __str__(self) -> str:
+        return "%" + self.name
+
+
 REQUIRED = object()
 
 
@@ -331,6 +343,8 @@ class AttrSpec:
     def coerce(self, value: Any) -> Any:
         """The canonical form of `value`, or TypeError with a message a user can act on."""
         k = self.kind
+        if isinstance(value, ArgValue) and k in RUNTIME_KINDS:
+            return value  # its value is coerced when the function is specialized to a call
         if k is int and isinstance(value, int) and not isinstance(value, bool):
             return int(value)
         if k is float and isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -351,6 +365,10 @@ class AttrSpec:
             except TypeError:
                 pass
         raise TypeError(f"attribute '{self.name}' must be {self.describe()}, got {format_attr(value)}")
+
+
+# The attribute kinds an argument's value may give at run time (numbers and lists of numbers).
+RUNTIME_KINDS = (int, float, bool, "ints", "floats")
 
 
 def attribute(kind, default=REQUIRED, *, choices=None, doc: str = "") -> Any:
@@ -392,7 +410,7 @@ def format_attr(v: Any) -> str:
         return '"' + "".join(_ESCAPES.get(c, c) for c in v) + '"'
     if isinstance(v, (list, tuple)):
         return "[" + ", ".join(format_attr(x) for x in v) + "]"
-    if isinstance(v, (DType, SymbolRef)):
+    if isinstance(v, (DType, SymbolRef, ArgValue)):
         return str(v)
     if isinstance(v, Dense):
         return format_dense(v)
@@ -544,7 +562,10 @@ class Op:
         self.attrs = self.check_attrs(attrs or {}, loc)
         self.check_operand_count(len(self.operands), loc)
         types = list(result_types) if result_types is not None else None
-        if types is None:
+        if types is None or (None in types and self.runtime_attrs()):
+            if self.runtime_attrs():
+                raise GCError(f"{self.name}: the result types must be written where an attribute is taken at run "
+                              f"time ({self._runtime_list()})", loc)
             inferred = self.infer_types()
             types = list(inferred)
         self.results = [Value(t, None, self, i) for i, t in enumerate(types)]
@@ -627,6 +648,9 @@ class Op:
     # -- helpers --
 
     def infer_types(self) -> tuple[TensorType, ...]:
+        if self.runtime_attrs():
+            raise self.error(f"its result types follow from {self._runtime_list()}, known at run time: "
+                             "specialize the function to a call's values first")
         out = self.infer(*self._group([v.type for v in self.operands]))
         return (out,) if isinstance(out, TensorType) else tuple(out)
 
@@ -652,6 +676,13 @@ class Op:
     def result(self) -> Value:
         assert len(self.results) == 1, f"{self.name} has {len(self.results)} results"
         return self.results[0]
+
+    def runtime_attrs(self) -> dict[str, ArgValue]:
+        """The attributes taken at run time from arguments (`{axes = %axes}`), by name."""
+        return {k: v for k, v in self.attrs.items() if isinstance(v, ArgValue)}
+
+    def _runtime_list(self) -> str:
+        return ", ".join(f"{k} = {v}" for k, v in self.runtime_attrs().items())
 
     def attr_key(self) -> tuple:
         """Hashable identity of the attributes (for CSE)."""

@@ -16,7 +16,7 @@ import ml_dtypes
 import numpy as np
 
 from compiler.diagnostics import Diagnostic, DiagnosticCollector, GCError, Location, Source
-from compiler.ir import DYN, OP_REGISTRY, Dense, DType, Func, Module, Op, SymbolRef, TensorType, Value, known, lookup_op
+from compiler.ir import DYN, OP_REGISTRY, ArgValue, Dense, DType, Func, Module, Op, SymbolRef, TensorType, Value, known, lookup_op
 
 _DTYPES = {d.value: d for d in DType}
 MAX_RANK = 64  # NumPy's most dimensions (numpy 2); the reference interpreter is NumPy
@@ -302,6 +302,7 @@ class _Builder:
         try:
             cls.check_operand_count(len(operands), loc)
             attrs = cls.check_attrs(attrs, loc, attr_locs)
+            self.check_runtime_attrs(cls, attrs, attr_locs, scope, types, loc)
         except GCError as e:
             self.diag.add(e)
             return bail()
@@ -312,6 +313,30 @@ class _Builder:
             v.name = tok.value[1:]
             self.define(scope, v, tok)
         return op
+
+    def check_runtime_attrs(self, cls, attrs: dict, locs: dict, scope, types, loc) -> None:
+        """`{axes = %axes}` names an argument of this function: a static integer (or float, for a float
+        attribute) tensor of rank 0 or 1, whose value the op takes at each call. Its results are written."""
+        for key, v in attrs.items():
+            if not isinstance(v, ArgValue):
+                continue
+            at = locs.get(key, loc)
+            arg = scope.get("%" + v.name, (None,))[0]
+            if arg is not None and arg.type is None:
+                continue  # a value already in error
+            if arg is None or arg.owner is not None:
+                raise GCError(f"{cls.name}: attribute '{key}' = {v}: an attribute taken at run time names an "
+                              f"argument of the function", at)
+            kind = cls.attr_specs[key].kind
+            t = arg.type
+            ok_dtype = t.dtype.is_int or t.dtype.is_bool or (kind in (float, "floats") and t.dtype.is_float)
+            if not (t.is_static and t.rank <= 1 and ok_dtype):
+                want = "floats or integers" if kind in (float, "floats") else "integers"
+                raise GCError(f"{cls.name}: attribute '{key}' = {v}: %{v.name} is {t}; an attribute taken at run "
+                              f"time comes from a static tensor of rank 0 or 1 of {want}", at)
+            if types is None:
+                raise GCError(f"{cls.name}: the result types must be written where an attribute is taken at run "
+                              f"time ({key} = {v})", loc)
 
     def suggest(self, name: str) -> str:
         names = list(OP_REGISTRY)
@@ -354,6 +379,11 @@ class _Builder:
             return self.scalar_token(t.children[0], allow_dtype=True)
         if t.data == "symbol":
             return SymbolRef(t.children[0].value[1:])
+        if t.data == "argument":
+            if depth:
+                raise GCError("an attribute taken at run time is a whole argument, not a list element",
+                              self.loc(t.children[0]))
+            return ArgValue(t.children[0].value[1:])
         if t.data == "list":
             self.check_nesting(t, depth)
             return tuple(self.attr_value(c, depth + 1) for c in t.children)

@@ -142,11 +142,24 @@ class NumericsMismatch:
     result: int
 
 
+def _refuse_runtime_attrs(module: Module) -> None:
+    """Passes read attributes as numbers: a function taking some at run time is specialized to a call's
+    values first (gc run and compiled models do that at each call)."""
+    for f in module:
+        for op in f.ops:
+            if op.runtime_attrs():
+                raise GCError(f"{op.name}: {op._runtime_list()} is taken at run time, and graph passes need every "
+                              f"attribute's value: @{f.name} is optimized and compiled at each call, once its "
+                              f"values are known (gc run and gc compile do so)", op.loc)
+
+
 def run_pipeline(module: Module, passes: list[Pass] | str, inst: Instrumentation | None = None) -> list[PassRecord]:
     """Run `passes` over `module` in place, verifying after each; returns a record per pass."""
     inst = inst or Instrumentation(verify_each=True)
     if isinstance(passes, str):
         passes = parse_pipeline(passes)
+    if passes:
+        _refuse_runtime_attrs(module)
     records: list[PassRecord] = []
     numerics = _Numerics(module, inst) if inst.check_numerics else None
     prev_text = print_module(module, debuginfo=inst.debuginfo) if inst.print_diff else None

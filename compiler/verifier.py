@@ -42,6 +42,11 @@ def _verify_func(f: Func, module: Module, diag: DiagnosticCollector, infer_missi
 
 
 def _verify_op(op: Op, module: Module, diag: DiagnosticCollector, infer_missing: bool) -> None:
+    if op.runtime_attrs():  # checked when the function is specialized to a call's values
+        if any(r.type is None for r in op.results):
+            diag.error(f"{op.name}: the result types must be written where an attribute is taken at run time "
+                       f"({op._runtime_list()})", op.loc)
+        return
     try:
         inferred = op.infer_types()
         check = getattr(op, "verify_symbols", None)

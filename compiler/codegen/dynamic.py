@@ -48,6 +48,9 @@ class DynamicModel:
         if not is_dynamic(f):
             raise GCError(f"@{f.name} has no ? sizes: compile it as a static model")
         self.func = f
+        from compiler.specialize import runtime_args
+
+        self.runtime = runtime_args(f)  # the arguments whose values attributes take: a model per value too
         self._set_params(self.params)
         self.source = text
         self.compile_seconds: float | None = None
@@ -65,11 +68,14 @@ class DynamicModel:
     @property
     def sizes(self) -> list[tuple]:
         """The argument shapes compiled so far (the data arguments', in order)."""
-        return list(self._models)
+        return [shapes for shapes, _ in self._models]
 
-    def model_for(self, shapes: list[tuple[int, ...]]):
-        """The static CompiledModel of these data argument shapes, compiled at the first request."""
-        key = tuple(tuple(int(d) for d in s) for s in shapes)
+    def model_for(self, shapes: list[tuple[int, ...]], values: dict[str, np.ndarray] | None = None):
+        """The static CompiledModel of these data argument shapes (and values of the arguments that
+        attributes take), compiled at the first request."""
+        from compiler.specialize import value_key
+
+        key = (tuple(tuple(int(d) for d in s) for s in shapes), value_key(values, self.runtime))
         model = self._models.get(key)
         if model is None:
             with self._lock:
@@ -83,9 +89,10 @@ class DynamicModel:
         from compiler.printer import print_module
         from compiler.specialize import specialize_module
 
-        by_name = dict(zip(self.arg_names, key))
+        by_name = dict(zip(self.arg_names, key[0]))
         shapes = [by_name[a.name] if a.name in by_name else self.params[a.name].shape for a in self.func.args]
-        static = specialize_module(self.module, self.options.entry, shapes)
+        values = {name: np.array(elems, dtype) for name, dtype, elems in key[1]}
+        static = specialize_module(self.module, self.options.entry, shapes, values)
         return driver.compile(print_module(static), self.options, params=self.params or None, name=self.name)
 
     def _bind(self, args, kwargs) -> list[np.ndarray]:
@@ -101,7 +108,7 @@ class DynamicModel:
         if not kwargs and len(args) == len(self._dtypes) and all(
                 type(x) is np.ndarray and x.dtype == d and fits(t.shape, x.shape)
                 for x, d, t in zip(args, self._dtypes, self.arg_types)):
-            model = self._models.get(tuple(x.shape for x in args))  # the common case: 16 -> 3 us a call
+            model = self._models.get((tuple(x.shape for x in args), ()))  # the common case: 16 -> 3 us a call
             if model is not None:
                 return model(*args)
         model, inputs = self._resolve(args, kwargs)
@@ -118,7 +125,8 @@ class DynamicModel:
     def _resolve(self, args, kwargs) -> tuple:
         """(the static model of these inputs' sizes, the inputs checked and cast)."""
         inputs = self._bind(args, kwargs)
-        return self.model_for([x.shape for x in inputs]), inputs
+        values = {n: x for n, x in [*zip(self.arg_names, inputs), *self.params.items()] if n in self.runtime}
+        return self.model_for([x.shape for x in inputs], values), inputs
 
     @property
     def plan(self):
@@ -139,15 +147,16 @@ class DynamicModel:
         buf = io.BytesIO()
         np.savez(buf, **self.params)
         members["params.npz"] = buf.getvalue()
-        sizes = []
+        sizes, values = [], []
         with tempfile.TemporaryDirectory() as tmp:
-            for i, (key, model) in enumerate(self._models.items()):
+            for i, ((shapes, vkey), model) in enumerate(self._models.items()):
                 p = Path(tmp) / f"{i}.gcpkg"
                 model.save(p)
                 members[f"size-{i}.gcpkg"] = p.read_bytes()
-                sizes.append([list(s) for s in key])
+                sizes.append([list(s) for s in shapes])
+                values.append([[n, d, list(e)] for n, d, e in vkey])
         members["dynamic.json"] = json.dumps({"options": asdict(self.options), "name": self.name,
-                                              "sizes": sizes}).encode()
+                                              "sizes": sizes, "values": values}).encode()
         write_members(path, DYNAMIC_FORMAT, members, stored=set(members))
 
     @staticmethod
@@ -163,6 +172,11 @@ class DynamicModel:
             with np.load(io.BytesIO(members["params.npz"]), allow_pickle=False) as z:
                 params = {k: z[k] for k in z.files}
             sizes = [tuple(tuple(int(d) for d in s) for s in key) for key in meta["sizes"]]
+            # The values of the arguments that attributes take, per size (none before those existed).
+            values = [tuple((str(n), str(np.dtype(d)), tuple(e)) for n, d, e in v)
+                      for v in meta.get("values", [[] for _ in sizes])]
+            if len(values) != len(sizes):
+                raise ValueError("one list of values per size")
         except (KeyError, TypeError, ValueError, json.JSONDecodeError, zipfile.BadZipFile) as e:
             raise GCError(f"{path}: a damaged dynamic artifact ({type(e).__name__}: {e})") from None
         try:
@@ -175,8 +189,10 @@ class DynamicModel:
         if set(members) != {"source.gir", "params.npz", "dynamic.json", *(f"size-{i}.gcpkg" for i in range(len(sizes)))}:
             raise GCError(f"{path}: its sizes and its size-<i>.gcpkg members differ")
         with tempfile.TemporaryDirectory() as tmp:
-            for i, key in enumerate(sizes):
+            for i, (key, vkey) in enumerate(zip(sizes, values)):
+                if [n for n, _, _ in vkey] != model.runtime:
+                    raise GCError(f"{path}: size-{i}'s values are not those of the arguments its attributes take")
                 p = Path(tmp) / f"{i}.gcpkg"
                 p.write_bytes(members[f"size-{i}.gcpkg"])
-                model._models[key] = artifact.load(p)
+                model._models[(key, vkey)] = artifact.load(p)
         return model

@@ -33,7 +33,7 @@ class DeadCodeElimination(Pass):
             if self.prune_args and f.name not in called:
                 f.args = [a for a in f.args if a in used]
                 self.stats["args-pruned"] += len(unused)
-            else:
+            elif unused := [a for a in unused if a.name not in f.attrs.get("values_bound", ())]:
                 why = "it is called" if self.prune_args else "dce{prune-args=true} removes them"
                 names = ", ".join("%" + (a.name or "?") for a in unused)
                 print(f"dce: @{f.name} does not use {names} ({why})", file=sys.stderr)

@@ -16,7 +16,21 @@ import ml_dtypes
 import numpy as np
 
 from compiler.diagnostics import Diagnostic, DiagnosticCollector, GCError, Location, Source
-from compiler.ir import DYN, OP_REGISTRY, ArgValue, Dense, DType, Func, Module, Op, SymbolRef, TensorType, Value, known, lookup_op
+from compiler.ir import (
+    DYN,
+    OP_REGISTRY,
+    ArgValue,
+    Dense,
+    DType,
+    Func,
+    Module,
+    Op,
+    SymbolRef,
+    TensorType,
+    Value,
+    known,
+    lookup_op,
+)
 
 _DTYPES = {d.value: d for d in DType}
 MAX_RANK = 64  # NumPy's most dimensions (numpy 2); the reference interpreter is NumPy

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ctypes
 import itertools
+from functools import lru_cache
 
 from tvm import s_tir, tirx
 
@@ -132,3 +134,35 @@ def redeclare_params(prim, strides: dict[int, tuple[int, ...] | None]):
                                   elem_offset=p.elem_offset, scope=p.scope(),
                                   data_alignment=max(1, int(digits or 8) // 8), offset_factor=p.offset_factor)
     return tvm_ffi.structural_map(prim, [(Var, lambda v: new.get(v, v))]) if new else prim
+
+
+@lru_cache(maxsize=1)
+def register_infinite_reducers() -> None:
+    """Let rfactor (the CPU rules) and the cross-thread reductions of dlight's GPU rules know max with
+    identity -inf and min with +inf, which the lowerings use for floats (TVM registers them with the type's
+    finite extremes only: softmax's row max took the GPU's Fallback schedule, 24% of the transformer's
+    kernel time). A registered pair only ever matches a block that starts from that value."""
+    import tvm_ffi
+
+    register = tvm_ffi.get_global_func("s_tir.schedule.RegisterReducer")
+
+    def identity(sign: float):
+        def get(values):
+            # Called from C++ for every reduction rfactor inspects: it must not raise.
+            try:
+                dtype = str(values[0].ty.dtype)
+                if dtype.startswith(("float", "bfloat")):
+                    return [tirx.const(sign * float("inf"), dtype)]
+                return [tirx.min_value(dtype) if sign < 0 else tirx.max_value(dtype)]
+            except Exception:  # noqa: BLE001
+                return [tirx.const(0, "int32")]
+
+        return get
+
+    for combine, sign in ((tirx.max, -1.0), (tirx.min, 1.0)):
+        fs = [tvm_ffi.convert(lambda x, y, f=combine: [f(x[0], y[0])]), tvm_ffi.convert(identity(sign))]
+        # The registry is a C++ static that outlives the interpreter: were these callbacks freed with
+        # it, their Python side would be released after finalization (abort at exit). Leak them.
+        for f in fs:
+            ctypes.pythonapi.Py_IncRef(ctypes.py_object(f))
+        register(1, *fs)

@@ -20,7 +20,7 @@ from tvm import s_tir, tirx
 from tvm.s_tir import dlight as dl
 from tvm.target import Target
 
-from compiler.codegen.sblocks import Schedule, blocks, inline_spatial, leading_spatial_loops
+from compiler.codegen.sblocks import Schedule, blocks, inline_spatial, leading_spatial_loops, register_infinite_reducers
 
 
 def _kernel_compiler() -> None:
@@ -66,6 +66,7 @@ def schedule(prim: tirx.PrimFunc, kind: str, target: dict) -> tirx.PrimFunc:
     name = str(prim.attrs["global_symbol"]) if prim.attrs and "global_symbol" in prim.attrs else "?"
     if any(str(p.dtype) in ("float16", "int8") for p in prim.params):
         _load_tensor_intrinsics()  # the tensor-core matmul path needs them
+    register_infinite_reducers()  # max from -inf (softmax's row max) as a cross-thread reduction
     with tgt:
         for rule in _rules():
             func = _try_rule(rule, prim, tgt)

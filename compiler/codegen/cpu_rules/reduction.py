@@ -11,8 +11,6 @@ the reduce loops run outside it. A whole-tensor reduction runs on one core, in v
 
 from __future__ import annotations
 
-import ctypes
-from functools import lru_cache
 
 from tvm import s_tir, tirx
 
@@ -28,7 +26,7 @@ from compiler.codegen.cpu_rules.common import (
     try_vectorize,
     vector_dividing,
 )
-from compiler.codegen.sblocks import is_select, sub_expressions, uses
+from compiler.codegen.sblocks import is_select, register_infinite_reducers, sub_expressions, uses
 from compiler.codegen.target import num_cores
 
 COSTLY = 24  # expression nodes from which a stage read twice is stored rather than recomputed
@@ -79,7 +77,7 @@ def apply_planes(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
 
 
 def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
-    _register_infinite_reducers()
+    register_infinite_reducers()
     bl = blocks(sch)
     reductions = [b for b in bl if not is_spatial(sch, b)]
     if not reductions or not all(_trailing(sch, r) for r in reductions):
@@ -322,32 +320,3 @@ def _vectorize_partial(sch: s_tir.Schedule, rf, vl: int) -> None:
     sch.vectorize(ki)
 
 
-@lru_cache(maxsize=1)
-def _register_infinite_reducers() -> None:
-    """Let rfactor know max with identity -inf and min with +inf, which the lowerings use for floats
-    (TVM registers them with the type's finite extremes only). rfactor compares the identity with the
-    block's own init, so a registered pair only ever matches a block that starts from that value."""
-    import tvm_ffi
-
-    register = tvm_ffi.get_global_func("s_tir.schedule.RegisterReducer")
-
-    def identity(sign: float):
-        def get(values):
-            # Called from C++ for every reduction rfactor inspects: it must not raise.
-            try:
-                dtype = str(values[0].ty.dtype)
-                if dtype.startswith(("float", "bfloat")):
-                    return [tirx.const(sign * float("inf"), dtype)]
-                return [tirx.min_value(dtype) if sign < 0 else tirx.max_value(dtype)]
-            except Exception:  # noqa: BLE001
-                return [tirx.const(0, "int32")]
-
-        return get
-
-    for combine, sign in ((tirx.max, -1.0), (tirx.min, 1.0)):
-        fs = [tvm_ffi.convert(lambda x, y, f=combine: [f(x[0], y[0])]), tvm_ffi.convert(identity(sign))]
-        # The registry is a C++ static that outlives the interpreter: were these callbacks freed with
-        # it, their Python side would be released after finalization (abort at exit). Leak them.
-        for f in fs:
-            ctypes.pythonapi.Py_IncRef(ctypes.py_object(f))
-        register(1, *fs)

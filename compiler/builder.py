@@ -43,8 +43,8 @@ class Builder:
         if cls is None:
             raise AttributeError(f"no op graph.{short}")
 
-        def make(*operands: Value, **attrs: Any) -> Value | tuple[Value, ...]:
-            op = self.create(cls, list(operands), attrs)
+        def make(*operands: Value, result_types: list | None = None, **attrs: Any) -> Value | tuple[Value, ...]:
+            op = self.create(cls, list(operands), attrs, result_types)
             return op.results[0] if len(op.results) == 1 else tuple(op.results)
 
         return make

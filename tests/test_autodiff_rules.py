@@ -120,6 +120,8 @@ CASES = [
     ("cumsum", ["3x4xf64"], {"axis": -1, "exclusive": True}),
     ("cumsum", ["3x4xf64"], {"axis": 0, "reverse": True}),
     ("cumsum", ["5xf64"], {"exclusive": True, "reverse": True}),
+    ("affine_grid", ["2x2x3xf64"], {"size": [3, 4]}),
+    ("affine_grid", ["1x3x4xf64"], {"size": [2, 3, 2], "align_corners": True}),
     ("matmul", ["3x4xf64", "4x5xf64"], {}),
     ("matmul", ["2x3x4xf64", "4x5xf64"], {}),
     ("matmul", ["3x4xf64", "2x4x5xf64"], {}),
@@ -203,9 +205,12 @@ def test_reduce_prod_rule_where_rows_hold_zeros() -> None:
 def test_every_differentiable_op_is_checked_against_central_differences() -> None:
     # Comparisons and argmax have integer results: nothing flows back through them (tested below).
     # The bitwise ops and shifts take and give integers only; numel counts elements, whatever their values.
+    # grid_sample has no rule (it raises: its input's gradient would scatter-add into the image), nor has
+    # cumprod (its product rule divides by elements that may be 0).
     unchecked = {"graph.call", "graph.constant", "graph.equal", "graph.less", "graph.greater", "graph.argmax",
                  "graph.where", "graph.bitwise_and", "graph.bitwise_or", "graph.bitwise_xor", "graph.bitwise_not",
-                 "graph.shift_left", "graph.shift_right", "graph.numel"}  # fmt: skip
+                 "graph.shift_left", "graph.shift_right", "graph.numel",
+                 "graph.grid_sample", "graph.cumprod"}  # fmt: skip
     checked = {f"graph.{name}" for name, _, _ in CASES}
     missing = sorted(op.name for op in GRAPH.ops if op.name not in checked | unchecked)
     assert not missing, f"no central-difference case for {missing}"

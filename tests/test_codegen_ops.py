@@ -510,6 +510,39 @@ def test_cumsum_along_each_axis_with_each_flag_and_dtype() -> None:
     assert_matches(*calls)
 
 
+def test_cumprod_along_each_axis_with_each_flag_and_dtype() -> None:
+    x = (1 + 0.1 * RNG.standard_normal((2, 3, 20))).astype(np.float32)  # past 16 along the axis, near 1
+    calls = [("cumprod", [x], {"axis": a, "exclusive": e, "reverse": r})
+             for a in (0, 1, -1) for e in (False, True) for r in (False, True)]  # fmt: skip
+    ints = np.array([[3, -7, 2, 0], [-1, 8, 1 << 20, 1 << 20]], np.int32)  # wraps as the interpreter does
+    calls += [("cumprod", [ints], {"axis": 1}), ("cumprod", [ints.astype(np.int64)], {"axis": 1, "reverse": True})]
+    calls += [("cumprod", [x.astype(np.float16)], {"axis": 1, "exclusive": True}), ("cumprod", [E32], {"axis": 0})]
+    assert_matches(*calls)
+
+
+def test_grid_sample_in_each_mode_padding_and_dtype() -> None:
+    x = RNG.standard_normal((2, 3, 4, 5)).astype(np.float32)
+    grid = RNG.uniform(-2.5, 2.5, (2, 3, 6, 2)).astype(np.float32)
+    grid[0, 0, :3] = [[-0.5, 0.5], [0.25, -0.75], [1.0, -1.0]]  # ties for nearest's half to even
+    calls = [("grid_sample", [x, grid], {"mode": m, "padding_mode": p, "align_corners": a})
+             for (m, a), p in zip([("linear", False), ("nearest", True), ("cubic", False), ("cubic", True),
+                                   ("nearest", False), ("linear", True)], ["zeros", "border", "reflection"] * 2)]  # fmt: skip
+    x3 = RNG.standard_normal((1, 2, 3, 4, 5)).astype(np.float32)
+    g3 = RNG.uniform(-1.8, 1.8, (1, 2, 3, 4, 3)).astype(np.float32)
+    calls += [("grid_sample", [x3, g3], {"mode": m, "padding_mode": p})
+              for m, p in [("linear", "reflection"), ("nearest", "zeros")]]  # fmt: skip
+    calls += [("grid_sample", [x.astype(np.float64), grid.astype(np.float64)], {"mode": "cubic"}),
+              ("grid_sample", [x.astype(np.float16), grid.astype(np.float16)], {"padding_mode": "border"})]
+    assert_matches(*calls)
+
+
+def test_affine_grid_2d_and_3d() -> None:
+    assert_matches(("affine_grid", [RNG.standard_normal((2, 2, 3)).astype(np.float32)], {"size": [4, 5]}),
+                   ("affine_grid", [RNG.standard_normal((2, 2, 3))], {"size": [1, 3], "align_corners": True}),
+                   ("affine_grid", [RNG.standard_normal((1, 3, 4)).astype(np.float32)],
+                    {"size": [2, 3, 4], "align_corners": True}))  # fmt: skip
+
+
 # --- empty tensors ----------------------------------------------------------------------------------
 
 E32 = np.zeros((0, 3), np.float32)

@@ -729,7 +729,7 @@ def test_lp_pool_of_p_below_one_is_a_diagnostic() -> None:
         import_onnx(model)
 
 
-@pytest.mark.parametrize(("eq", "message"), [("ii->i", "a diagonal"), ("...i->...i", "ellipses"),
+@pytest.mark.parametrize(("eq", "message"), [("ijk->i", "names 3 axes"), ("i..j->i", "at most one ellipsis"),
                                              ("ij->ik", "distinct letters of the operands")])
 def test_einsum_equations_gc_does_not_take_are_diagnostics(eq: str, message: str) -> None:
     model = make_model([node("Einsum", ["x"], equation=eq)], {"x": rand(3, 3)}, ["y"], opset=12)
@@ -918,9 +918,21 @@ def test_unsupported_attribute_is_named() -> None:
     assert "node 0: MaxPool (opset 17): unsupported attribute 'foo'" in msg
 
 
-def test_shape_computed_at_run_time_is_an_error() -> None:
-    msg = import_error(make_model([node("Reshape", ["x", "s"])], {"x": rand(2, 3), "s": ints(3, 2)}, ["y"]))
-    assert "input #1 (shape) must be a constant, but 's' is computed at run time" in msg
+def test_a_shape_fed_as_an_input_is_an_attribute_taken_at_run_time() -> None:
+    from compiler.interpreter import run
+
+    imported = import_onnx(make_model([node("Reshape", ["x", "s"])], {"x": rand(2, 3), "s": ints(3, 2)}, ["y"]))
+    assert "graph.reshape(%x) {shape = %s} : tensor<?x?xf32>" in imported.text
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for shape in ([3, 2], [6, -1], [0, 3]):
+        np.testing.assert_array_equal(run(imported.module, {"x": x, "s": np.array(shape)})[0],
+                                      x.reshape([2 if d == 0 else d for d in shape]))
+
+
+def test_a_shape_computed_by_the_model_is_an_error() -> None:
+    nodes = [node("Abs", ["s"], ["t"]), node("Reshape", ["x", "t"])]
+    msg = import_error(make_model(nodes, {"x": rand(2, 3), "s": ints(3, 2)}, ["y"]))
+    assert "input #1 (shape) must be a constant or an input of the model, but 't' is computed at run time" in msg
 
 
 def test_graph_op_diagnostic_names_the_node() -> None:
@@ -1499,3 +1511,111 @@ def test_gc_import_reads_a_model_from_standard_input(tmp_path) -> None:
     r = gc("import", "-", "-o", "/nonexistent/x.gir", stdin=model.SerializeToString())
     assert r.returncode == 1 and "cannot write /nonexistent/x.gir" in r.stderr
 
+
+
+# --- activations, rounding, normalization, one-hot, running products, einsum's ellipses, rotary embeddings ---
+
+ROT_X, ROT_COS, ROT_SIN = rand(2, 3, 4, 8), rand(6, 4), rand(6, 4)  # [batch, heads, seq, head], [positions, half]
+MORE_CASES = [
+    case("ThresholdedRelu", node("ThresholdedRelu", ["x"], alpha=0.3), X, opset=22),
+    case("Celu", node("Celu", ["x"], alpha=0.7), X, opset=12),
+    case("Shrink-soft", node("Shrink", ["x"], bias=0.2, lambd=0.4), X, opset=9),
+    case("Shrink-int", node("Shrink", ["x"], bias=1.0, lambd=1.5), {"x": ints(-3, -2, -1, 0, 1, 2, 3)}, opset=9),
+    case("Sign", node("Sign", ["x"]), {"x": np.float32([-2.5, -0.0, 0.0, 3.0, np.inf, -np.inf])}, opset=13),
+    case("Sign-int", node("Sign", ["x"]), {"x": ints(-7, 0, 9)}, opset=13),
+    # halves to even, on both sides of 0, past 2^23 (every float an integer) and the infinities
+    case("Round", node("Round", ["x"]), {"x": np.float32([0.5, 1.5, 2.5, -0.5, -1.5, -2.5, 0.49999997, 2.7, -2.7,
+                                                          8388609.0, 1e30, -np.inf, np.inf])}, opset=22),
+    case("Mish", node("Mish", ["x"]), X, opset=22),
+    case("MeanVarianceNormalization", node("MeanVarianceNormalization", ["x"], axes=[0, 2]), X, opset=13),
+    case("SwiGLU-alpha", node("SwiGLU", ["a", "b"], alpha=1.702), {"a": rand(2, 5), "b": rand(2, 5)}, opset=28),
+    case("EyeLike-k-dtype", node("EyeLike", ["x"], k=-1, dtype=TensorProto.INT32), {"x": rand(3, 5)}, opset=22),
+    case("OneHot-values-at-run-time", node("OneHot", ["i", "d", "v"], axis=1),
+         {"i": ints(1, -1, 5, -6, 0).reshape(5, 1), "v": np.float32([-1, 3])}, opset=11, inits={"d": np.float32(5)}),
+    case("OneHot-float-indices", node("OneHot", ["i", "d", "v"]), {"i": np.float32([[0, 2], [-1, 7]])}, opset=11,
+         inits={"d": np.int64(4), "v": ints(0, 1)}),
+    case("CumProd-axis-const", node("CumProd", ["x", "a"], exclusive=1, reverse=1), {"x": rand(2, 3, 4)}, opset=26,
+         inits={"a": np.int32(-2)}),
+    *(case(f"CumProd-axis-at-run-time-{a}", node("CumProd", ["x", "a"]),
+           {"x": rand(2, 3, 4), "a": np.array(a, np.int64)}, opset=26) for a in (0, 2, -2)),
+    case("Einsum-ellipsis-broadcast", node("Einsum", ["a", "b"], equation="...ij,...jk->...ik"),
+         {"a": rand(2, 1, 3, 4), "b": rand(5, 4, 2)}, opset=12),
+    case("Einsum-ellipsis-implicit-and-diagonal", node("Einsum", ["a"], equation="i...i"), {"a": rand(3, 2, 4, 3)},
+         opset=12),
+    case("Einsum-diagonal-trace", node("Einsum", ["a"], equation="ii->"), {"a": rand(4, 4)}, opset=12),
+    case("RotaryEmbedding", node("RotaryEmbedding", ["x", "c", "s", "p"]),
+         {"x": ROT_X, "c": ROT_COS, "s": ROT_SIN, "p": ints(0, 2, 4, 5, 1, 3, 3, 0).reshape(2, 4)}, opset=23),
+    case("RotaryEmbedding-3d-interleaved-partial", node("RotaryEmbedding", ["x", "c", "s"], interleaved=1,
+                                                        num_heads=2, rotary_embedding_dim=4),
+         {"x": rand(2, 3, 12), "c": rand(2, 3, 2), "s": rand(2, 3, 2)}, opset=23),
+]
+
+
+@pytest.mark.parametrize(("nodes", "inputs", "opset", "inits", "outputs", "expect"), MORE_CASES)
+def test_more_ops_import_as_onnx_reference_computes(nodes, inputs, opset, inits, outputs, expect) -> None:
+    test_op_imports_as_onnx_reference_computes(nodes, inputs, opset, inits, outputs, expect)
+
+
+def test_round_cumprod_one_hot_and_rotary_embedding_compile() -> None:
+    x = np.float32([[0.5, 1.5, 2.5, -0.5, -2.5, 8388609.0], [0.7, -1.2, 3.0, 1.1, 0.9, -1.0]])
+    feeds = {"x": x, "i": ints(2, -1, 9), "v": np.float32([0.25, 4]), "r": ROT_X,
+             "p": ints(0, 5, 1, 2, 3, 4, 0, 1).reshape(2, 4)}
+    model = make_model([node("Round", ["x"], ["a"]), node("CumProd", ["x", "ax"], ["b"], reverse=1),
+                        node("OneHot", ["i", "d", "v"], ["c"], axis=0),
+                        node("RotaryEmbedding", ["r", "cc", "sc", "p"], ["e"], interleaved=1)],
+                       feeds, ["a", "b", "c", "e"], opset=26,
+                       inits={"ax": np.int64(1), "d": np.int64(3), "cc": ROT_COS, "sc": ROT_SIN})
+    want = ReferenceEvaluator(model).run(None, feeds)
+    imported = import_onnx(model)
+    got = compiler.compile(imported.module, "llvm", cache=False)(**feeds, **imported.weights)
+    for g, e in zip(got, want):
+        np.testing.assert_allclose(g, e, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(("nodes", "inputs", "inits", "message"), [
+    (node("OneHot", ["i", "d", "v"]), {"i": ints(1), "d": ints(3), "v": rand(2)}, {}, "depth.*must be a constant"),
+    (node("OneHot", ["i", "d", "v"]), {"i": ints(1), "v": rand(3)}, {"d": ints(3)}, r"values must be \[off_value"),
+    (node("OneHot", ["i", "d", "v"]), {"i": ints(1), "v": rand(2)}, {"d": ints(0)}, "depth must be a positive"),
+    (node("RotaryEmbedding", ["x", "c", "s"]), {"x": rand(1, 2, 8), "c": rand(1, 2, 4), "s": rand(1, 2, 4)}, {},
+     "num_heads > 0"),
+    (node("RotaryEmbedding", ["x", "c", "s"], rotary_embedding_dim=3), {"x": rand(1, 2, 2, 8), "c": rand(1, 2, 1),
+                                                                       "s": rand(1, 2, 1)}, {}, "must be even"),
+    (node("RotaryEmbedding", ["x", "c", "s"]), {"x": rand(1, 2, 2, 8), "c": rand(1, 2, 3), "s": rand(1, 2, 3)}, {},
+     "last size must be"),
+    (node("SwiGLU", ["a", "b"]), {"a": rand(2, 3), "b": rand(3)}, {}, "must have one shape"),
+    (node("EyeLike", ["x"]), {"x": rand(2, 2, 2)}, {}, "must be 2-D"),
+    (node("Celu", ["x"], alpha=0.0), {"x": rand(3)}, {}, "nonzero finite"),
+])
+def test_more_ops_bad_models_are_one_diagnostic(nodes, inputs, inits, message) -> None:
+    model = make_model([nodes], inputs, ["y"], opset=28, inits=inits)
+    with pytest.raises(GCError, match=message):
+        import_onnx(model)
+
+
+def test_cumprod_has_no_gradient_rule_and_says_so() -> None:
+    from compiler.parser import parse
+    from compiler.pipeline import run_pipeline
+
+    module = parse("func @main(%x: tensor<3x4xf32>) -> tensor<f32> {\n  %y = graph.cumprod(%x) {axis = 1}\n"
+                   "  %s = graph.reduce_sum(%y)\n  return %s\n}\n", "t.gir")
+    with pytest.raises(GCError, match="graph.cumprod has no gradient rule"):
+        run_pipeline(module, "autodiff")
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceLogSumExp", "ReduceMax"])
+@pytest.mark.parametrize("keepdims", [0, 1])
+def test_reduction_axes_fed_as_an_input_are_taken_at_each_call(op: str, keepdims: int) -> None:
+    """One import, called with other axes each time: on the interpreter and compiled (a model per value)."""
+    import compiler
+    from compiler.interpreter import run
+
+    x = rand(2, 3, 4)
+    model = make_model([node(op, ["x", "axes"], keepdims=keepdims)], {"x": x, "axes": ints(0, 2)}, ["y"], opset=18)
+    imported = import_onnx(model)
+    compiled = compiler.compile(imported.module, "llvm")
+    ref = {"ReduceSum": np.sum, "ReduceMax": np.max,
+           "ReduceLogSumExp": lambda a, axis, keepdims: np.log(np.sum(np.exp(a), axis=axis, keepdims=keepdims))}[op]
+    for axes in ([0, 2], [1, -1], [2, 0]):
+        want = ref(x, axis=tuple(axes), keepdims=bool(keepdims))
+        np.testing.assert_allclose(run(imported.module, {"x": x, "axes": ints(*axes)})[0], want, rtol=1e-5)
+        np.testing.assert_allclose(compiled(x, ints(*axes))[0], want, rtol=1e-5, atol=1e-6)

@@ -31,6 +31,8 @@ HEADINGS = {
     "shape": "Shape ops",
     "creation": "Creation",
     "loss": "Losses",
+    "image": "Image sampling",
+    "winograd": "Winograd convolution",
     "mem": "The mem dialect (planned memory)",
     "exec": "The exec dialect (kernel launches, streams)",
 }

@@ -37,7 +37,7 @@ from compiler.builder import Builder
 from compiler.diagnostics import Diagnostic, GCError, printable
 from compiler.files import check_writable, write_atomic
 from compiler.inputs import parse_sized_name, save_npz
-from compiler.ir import DYN, DType, Func, Module, Op, TensorType, Value, known
+from compiler.ir import DYN, ArgValue, DType, Func, Module, Op, TensorType, Value, known
 from compiler.parser import parse
 from compiler.printer import print_module
 from compiler.rewrite import erase_dead_ops
@@ -502,6 +502,8 @@ class _Importer:
     # -- nodes --
 
     def convert(self, index: int, proto: Any) -> None:
+        import compiler.importers.onnx_rnn  # noqa: F401  (registers its converters)
+        from compiler.importers import onnx_attention  # noqa: F401  (registers its converters)
         from compiler.importers.onnx_ops import CONVERTERS
 
         n = Node(self, index, proto)
@@ -718,6 +720,17 @@ class Node:
                 "at run time; gc needs static shapes"
             )
         return arr
+
+    def runtime(self, i: int, what: str) -> ArgValue:
+        """Input #i, computed at run time, as an attribute taken from it at each call (`{axes = %axes}`):
+        it must be an input of the model (a function argument), a static tensor of rank 0 or 1."""
+        v = self.x(i)
+        if v.owner is not None or not v.type.is_static or v.type.rank > 1:
+            raise self.error(
+                f"input #{i} ({what}) must be a constant or an input of the model, but '{self.proto.input[i]}' "
+                "is computed at run time; gc needs it known when the model is called"
+            )
+        return ArgValue(v.name)
 
     def constants(self) -> list[np.ndarray] | None:
         """Every input's content, if all are constants known at import time (weights are not)."""

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from compiler.importers.onnx import SizeNeeded
-from compiler.ir import DType, Value, static
+from compiler.ir import DYN, ArgValue, DType, TensorType, Value, static
 from dialects.graph.common import cast_to
 from dialects.graph.nn import pool_out
 
@@ -120,6 +120,98 @@ def lp_normalization(n: Node) -> list:
 def softsign(n: Node) -> list:
     x = n.x(0)
     return [n.b.div(x, n.b.add(n.scalar(1, x), n.b.abs(x)))]
+
+
+@converts("ThresholdedRelu", attrs="alpha")
+def thresholded_relu(n: Node) -> list:
+    """x where x > alpha, else 0."""
+    x = n.x(0)
+    return [n.b.where(n.b.greater(x, n.scalar(float(n.attr("alpha", 1.0)), x)), x, n.scalar(0, x))]
+
+
+@converts("Celu", attrs="alpha")
+def celu(n: Node) -> list:
+    """alpha * elu(x / alpha): x for x > 0, alpha * (exp(x / alpha) - 1) otherwise."""
+    x = n.x(0)
+    alpha = float(n.attr("alpha", 1.0))
+    if alpha == 0 or not math.isfinite(alpha):
+        raise n.error(f"alpha must be a nonzero finite number, got {alpha}")
+    if alpha == 1.0:
+        return [n.b.elu(x, alpha=1.0)]
+    return [n.b.mul(n.b.elu(n.b.div(x, n.scalar(alpha, x)), alpha=1.0), n.scalar(alpha, x))]
+
+
+@converts("Shrink", attrs="bias lambd")
+def shrink(n: Node) -> list:
+    """x + bias below -lambd, x - bias above lambd, 0 between (integers: bias and lambd as the reference casts)."""
+    x = n.x(0)
+    bias, lambd = float(n.attr("bias", 0.0)), float(n.attr("lambd", 0.5))
+    if not (math.isfinite(bias) and math.isfinite(lambd)):
+        raise n.error(f"bias and lambd must be finite, got {bias} and {lambd}")
+    zero = n.scalar(0, x)
+    if not x.type.dtype.is_float:
+        # Compare in f64 (an integer type may not hold -lambd), shift by the bias cast to x's type.
+        xf, b = n.b.cast(x, dtype=DType.f64), int(bias)
+        lo, hi = n.b.less(xf, n.constant(np.array(-lambd), DType.f64)), n.b.greater(xf, n.constant(np.array(lambd), DType.f64))
+        if b == 0:
+            return [n.b.where(lo, x, n.b.where(hi, x, zero))]
+        bv = n.b.constant(np.array(b).astype(x.type.dtype.np), x.type.dtype)
+        return [n.b.where(lo, n.b.add(x, bv), n.b.where(hi, n.b.sub(x, bv), zero))]
+    lo, hi = n.b.less(x, n.scalar(-lambd, x)), n.b.greater(x, n.scalar(lambd, x))
+    return [n.b.where(lo, n.b.add(x, n.scalar(bias, x)), n.b.where(hi, n.b.sub(x, n.scalar(bias, x)), zero))]
+
+
+@converts("Sign")
+def sign(n: Node) -> list:
+    """1 where x > 0, -1 where x < 0, x itself otherwise (0, and a NaN stays NaN)."""
+    x = n.x(0)
+    y = n.b.where(n.b.greater(x, n.scalar(0, x)), n.scalar(1, x), x)
+    return [y if x.type.dtype.is_unsigned else n.b.where(n.b.less(x, n.scalar(0, x)), n.scalar(-1, x), y)]
+
+
+@converts("Round")
+def round_half_even(n: Node) -> list:
+    """Round half to even, exactly: f = floor(x) and the fraction x - f (exact in binary floating point); f + 1
+    above one half, f below, and at one half whichever of f and f + 1 is even (f + f mod 2). Infinities and NaN
+    pass through (their fraction is NaN)."""
+    x = n.x(0)
+    f = n.b.floor(x)
+    frac = n.b.sub(x, f)
+    half, one = n.scalar(0.5, x), n.scalar(1, x)
+    odd = n.b.sub(f, n.b.mul(n.scalar(2, x), n.b.floor(n.b.mul(f, half))))  # f mod 2: 0 or 1
+    y = n.b.where(n.b.greater(frac, half), n.b.add(f, one),
+                  n.b.where(n.b.less(frac, half), f, n.b.add(f, odd)))  # fmt: skip
+    return [n.b.where(n.b.equal(frac, frac), y, x)]
+
+
+@converts("Mish")
+def mish(n: Node) -> list:
+    """x * tanh(softplus(x))."""
+    x = n.x(0)
+    return [n.b.mul(x, n.b.tanh(n.b.softplus(x)))]
+
+
+@converts("SwiGLU", attrs="alpha")
+def swiglu(n: Node) -> list:
+    """Swish_alpha(A) * B = A * sigmoid(alpha * A) * B (opset 28); A and B of one shape."""
+    a, v = n.x(0), n.x(1)
+    if a.type.shape != v.type.shape:
+        raise n.error(f"A and B must have one shape (SwiGLU does not broadcast), got {a.type} and {v.type}")
+    alpha = float(n.attr("alpha", 1.0))
+    gate = n.b.mul(a, n.b.sigmoid(a if alpha == 1.0 else n.b.mul(a, n.scalar(alpha, a))))
+    return [n.b.mul(gate, v)]
+
+
+@converts("MeanVarianceNormalization", attrs="axes")
+def mean_variance_normalization(n: Node) -> list:
+    """(x - mean) / (sqrt(variance) + 1e-9) over the axes (default [0, 2, 3]), as ONNX's function body."""
+    x = n.x(0)
+    axes = n.attr("axes", [0, 2, 3])
+    axes = tuple(sorted({_axis(n, a, x.type.rank) for a in axes}))
+    mean = n.b.reduce_mean(x, axes=axes, keepdims=True)
+    d = n.b.sub(x, mean)
+    std = n.b.sqrt(n.b.reduce_mean(n.b.mul(d, d), axes=axes, keepdims=True))
+    return [n.b.div(d, n.b.add(std, n.scalar(1e-9, std)))]
 
 
 @converts("PRelu", attrs="consumed_inputs")
@@ -810,26 +902,43 @@ _REDUCE = ["ReduceSum", "ReduceMean", "ReduceProd", "ReduceMax", "ReduceMin", "R
 def reduce(n: Node) -> list:
     x = n.x(0)
     since = 13 if n.op_type == "ReduceSum" else 18  # the opset from which axes are an input
-    axes = (n.ints(1, "axes") if n.has(1) else None) if n.opset >= since else n.attr("axes", None)
+    runtime = n.opset >= since and n.has(1) and n.known(1) is None and n.type(1).size > 0
+    if runtime:  # axes fed when the model is called: an attribute taken at run time, {axes = %axes}
+        axes = n.runtime(1, "axes")
+    elif n.opset >= since and n.has(1) and n.known(1) is None:
+        axes = ()  # fed at run time, but empty: its type says so
+    else:
+        axes = (n.ints(1, "axes") if n.has(1) else None) if n.opset >= since else n.attr("axes", None)
     if not axes and n.attr("noop_with_empty_axes", 0):
         return [x]
     attrs = {"keepdims": bool(n.attr("keepdims", 1))}
     if axes:
-        attrs["axes"] = tuple(axes)
+        attrs["axes"] = axes if runtime else tuple(axes)
     b, op = n.b, n.op_type
+
+    def red(kind: str, v: Value, keep: bool = attrs["keepdims"]) -> Value:
+        at = {**attrs, "keepdims": keep}
+        if not runtime:
+            return getattr(b, "reduce_" + kind)(v, **at)
+        # Which axes go is known at the call: every size that is not 1 may become 1 (or go).
+        shape = tuple(d if d == 1 else DYN for d in v.type.shape) if keep else (DYN,) * (v.type.rank - n.type(1).size)
+        return getattr(b, "reduce_" + kind)(v, result_types=[TensorType(shape, v.type.dtype)], **at)
+
+    if op in ("ReduceMax", "ReduceMin") and x.type.dtype.is_bool:  # any / all, in u8 (0 over no elements for max, 255 for min)
+        return [b.cast(red(op[6:].lower(), b.cast(x, dtype=DType.u8)), dtype=DType.i1)]
     if op in ("ReduceSum", "ReduceMean", "ReduceProd", "ReduceMax", "ReduceMin"):
-        return [getattr(b, "reduce_" + op[6:].lower())(x, **attrs)]
+        return [red(op[6:].lower(), x)]
     if op == "ReduceL1":
-        return [b.reduce_sum(b.abs(x), **attrs)]
+        return [red("sum", b.abs(x))]
     if op in ("ReduceL2", "ReduceSumSquare"):
-        y = b.reduce_sum(b.mul(x, x), **attrs)
+        y = red("sum", b.mul(x, x))
         return [b.sqrt(y) if op == "ReduceL2" else y]
     if op == "ReduceLogSum":
-        return [b.log(b.reduce_sum(x, **attrs))]
+        return [b.log(red("sum", x))]
     # log(sum(exp(x - max))) + max, which cannot overflow.
-    top = b.reduce_max(x, **{**attrs, "keepdims": True})
-    y = b.log(b.reduce_sum(b.exp(b.sub(x, top)), **attrs))
-    return [b.add(y, top if attrs["keepdims"] else b.reduce_max(x, **attrs))]
+    top = red("max", x, True)
+    y = b.log(red("sum", b.exp(b.sub(x, top))))
+    return [b.add(y, top if attrs["keepdims"] else red("max", x))]
 
 
 @converts("ArgMax", "ArgMin", attrs="axis keepdims select_last_index")
@@ -871,6 +980,77 @@ def cumsum(n: Node) -> list:
     return [y]
 
 
+@converts("CumProd", attrs="exclusive reverse")
+def cumprod(n: Node) -> list:
+    """graph.cumprod along the axis (opset 26), as CumSum: a constant axis, or one computed at run time picking
+    among the running products along each axis."""
+    x = n.x(0)
+    r = x.type.rank
+    if r == 0:
+        raise n.error(f"cannot take a running product of the scalar {x.type}")
+    flags = {"exclusive": bool(n.attr("exclusive", 0)), "reverse": bool(n.attr("reverse", 0))}
+    if n.type(1).size != 1 or n.type(1).dtype not in (DType.i32, DType.i64):
+        raise n.error(f"the axis must be one i32 or i64, got {n.type(1)}")
+    if n.known(1) is not None:
+        return [n.b.cumprod(x, axis=_axis(n, n.ints(1, "axis")[0], r), **flags)]
+    if r == 1:
+        return [n.b.cumprod(x, axis=0, **flags)]
+    axis = n.b.reshape(n.b.cast(n.x(1), dtype=DType.i64), shape=())
+    axis = n.b.where(n.b.less(axis, n.constant(np.array(0), DType.i64)),
+                     n.b.add(axis, n.constant(np.array(r), DType.i64)), axis)  # fmt: skip
+    y = n.b.cumprod(x, axis=r - 1, **flags)
+    for a in reversed(range(r - 1)):
+        y = n.b.where(n.b.equal(axis, n.constant(np.array(a), DType.i64)), n.b.cumprod(x, axis=a, **flags), y)
+    return [y]
+
+
+@converts("EyeLike", attrs="dtype k")
+def eye_like(n: Node) -> list:
+    """A constant: ones on the k-th diagonal of the input's (static, 2-D) shape, of `dtype` or the input's type."""
+    t = n.type(0)
+    if t.rank != 2 or not static(t.shape):
+        raise n.error(f"the input must be 2-D with static sizes, got {t}")
+    dtype = n.dense_dtype(n.attr("dtype")) if "dtype" in n.attrs else t.dtype
+    n.check_size(t.shape, "the output")
+    return [n.constant(np.eye(t.shape[0], t.shape[1], k=int(n.attr("k", 0))), dtype)]
+
+
+@converts("OneHot", attrs="axis")
+def one_hot(n: Node) -> list:
+    """values[1] where an index (negative ones wrapped once by depth) equals the position along the new axis,
+    values[0] elsewhere (out of range: everywhere): `equal` with the positions 0..depth-1, then `where`. The
+    depth must be known at import time; indices and values may come at run time."""
+    idx = n.x(0)
+    depth_arr = n.const(1, "depth")
+    if depth_arr.size != 1:
+        raise n.error(f"depth must hold one number, got shape {list(depth_arr.shape)}")
+    depth_f = float(depth_arr.reshape(-1)[0])
+    if not math.isfinite(depth_f) or depth_f < 1:
+        raise n.error(f"depth must be a positive number, got {depth_arr.reshape(-1)[0]}")
+    depth = int(depth_f)
+    if n.type(2).shape != (2,):
+        raise n.error(f"values must be [off_value, on_value] (2 elements), got {n.type(2)}")
+    rank = idx.type.rank
+    axis = _axis(n, n.attr("axis", -1), rank + 1)
+    shape = list(idx.type.shape)
+    shape.insert(axis, depth)
+    n.check_size([d if isinstance(d, int) else 1 for d in shape], "the output")
+    dt = idx.type.dtype
+    if not dt.is_unsigned:  # wrap -depth..-1
+        if not dt.is_float and depth > np.iinfo(dt.np).max:
+            idx = n.b.cast(idx, dtype=DType.i64)
+            dt = DType.i64
+        idx = n.b.where(n.b.less(idx, n.scalar(0, idx)), n.b.add(idx, n.constant(np.array(depth), dt)), idx)
+    positions = np.arange(depth).reshape([depth if i == axis else 1 for i in range(rank + 1)])
+    if not dt.is_float and depth - 1 > np.iinfo(dt.np).max:
+        idx, dt = n.b.cast(idx, dtype=DType.i64), DType.i64
+    hot = n.b.equal(n.b.unsqueeze(idx, axes=(axis,)), n.constant(positions, dt))
+    values = n.x(2)
+    off = n.b.reshape(n.b.slice(values, starts=(0,), ends=(1,), axes=(0,)), shape=())
+    on = n.b.reshape(n.b.slice(values, starts=(1,), ends=(2,), axes=(0,)), shape=())
+    return [n.b.where(hot, on, off)]
+
+
 @converts("Hardmax", attrs="axis")
 def hardmax(n: Node) -> list:
     """1 at the first maximum along the axis, 0 elsewhere: argmax compared with the axis's positions. Before
@@ -891,17 +1071,25 @@ def einsum(n: Node) -> list:
     """Each operand's letters that appear nowhere else are summed first; two operands that share a summed
     letter are a batched `matmul` ([batch, m, k] @ [batch, k, n] after transposes and reshapes); otherwise the
     operands, transposed and given size-1 axes for the letters they lack, are multiplied with broadcasting
-    and the remaining letters summed. Repeated letters in one operand (diagonals) and ellipses are diagnostics."""
-    xs = n.xs()
-    terms, out = _einsum_terms(n, str(n.attr("equation")), len(xs))
+    and the remaining letters summed. An ellipsis stands for axes of its own (right-aligned across the operands,
+    broadcast where one has size 1); a letter repeated in one operand takes that operand's diagonal first (a
+    `gather` of the flattened pair of axes)."""
+    xs = list(n.xs())
+    terms, out = _einsum_terms(n, str(n.attr("equation")), [x.type.rank for x in xs])
     size: dict[str, int] = {}
-    for t, x in zip(terms, xs):
-        if len(t) != x.type.rank:
-            raise n.error(f"the equation's term '{t}' names {len(t)} axes, but its operand is {x.type}")
-        for c, d in zip(t, x.type.shape):
-            if size.setdefault(c, d) != d:
-                raise n.error(f"letter '{c}' stands for sizes {size[c]} and {d}")
-    xs = list(xs)
+    for i, (t, x) in enumerate(zip(terms, xs)):
+        xs[i], t = _einsum_diagonal(n, x, t)
+        terms[i] = t
+        for c, d in zip(t, xs[i].type.shape):
+            if c in _ELLIPSIS and size.get(c, 1) == 1:
+                size[c] = d
+            elif size.setdefault(c, d) != d and not (c in _ELLIPSIS and d == 1):
+                raise n.error(f"{'an axis of the ellipsis' if c in _ELLIPSIS else f'letter {c!r}'} stands for sizes "
+                              f"{size[c]} and {d}")
+    for i, (t, x) in enumerate(zip(terms, xs)):  # an ellipsis axis of size 1 beside a larger one: broadcast it
+        want = tuple(size[c] for c in t)
+        if want != tuple(x.type.shape):
+            xs[i] = n.b.broadcast_to(x, shape=list(want))
     for i, t in enumerate(terms):  # letters only this operand has and the output lacks: sum them now
         own = [a for a, c in enumerate(t) if c not in out and all(c not in u for j, u in enumerate(terms) if j != i)]
         if own:
@@ -923,25 +1111,56 @@ def einsum(n: Node) -> list:
     return [n.b.reduce_sum(y, axes=tuple(range(len(out), len(order)))) if summed else y]
 
 
-def _einsum_terms(n: Node, equation: str, count: int) -> tuple[list[str], str]:
+_ELLIPSIS = "".join(chr(0x3B1 + i) for i in range(25))  # internal letters for an ellipsis' axes (Greek)
+
+
+def _einsum_terms(n: Node, equation: str, ranks: list[int]) -> tuple[list[str], str]:
+    """The operands' terms and the output's, each ellipsis written as letters of _ELLIPSIS: the last axes of
+    the longest ellipsis, right-aligned as broadcasting aligns them."""
     eq = equation.replace(" ", "")
-    if "..." in eq:
-        raise n.error(f"equation '{equation}': gc does not take ellipses ('...')")
     lhs, arrow, out = eq.partition("->")
     terms = lhs.split(",")
-    if len(terms) != count:
-        raise n.error(f"equation '{equation}' names {len(terms)} operands, the node has {count}")
+    if len(terms) != len(ranks):
+        raise n.error(f"equation '{equation}' names {len(terms)} operands, the node has {len(ranks)}")
+    for t in [*terms, out]:
+        if not all(c.isascii() and c.isalpha() for c in t.replace("...", "", 1)):
+            raise n.error(f"equation '{equation}': terms are letters (a-z, A-Z) and at most one ellipsis ('...')")
+    spans = []
+    for t, r in zip(terms, ranks):
+        named = len(t.replace("...", ""))
+        if "..." not in t and named != r or named > r:
+            raise n.error(f"the equation's term '{t}' names {named} axes, but its operand has rank {r}")
+        spans.append(r - named if "..." in t else 0)
+    most = max(spans, default=0)
+    if most > len(_ELLIPSIS):
+        raise n.error(f"equation '{equation}': an ellipsis of {most} axes; gc takes at most {len(_ELLIPSIS)}")
+    terms = [t.replace("...", _ELLIPSIS[most - k : most]) for t, k in zip(terms, spans)]
     letters = "".join(terms)
-    if not all(c.isascii() and c.isalpha() for c in letters + out):
-        raise n.error(f"equation '{equation}': terms are letters (a-z, A-Z)")
-    for t in terms:
-        if len(set(t)) != len(t):
-            raise n.error(f"equation '{equation}': a letter repeated in one term ('{t}', a diagonal) is not supported")
-    if not arrow:  # implicit output: the letters seen once, in alphabetical order
-        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    if not arrow:  # implicit output: the ellipsis' axes, then the letters seen once, in alphabetical order
+        out = _ELLIPSIS[:most] + "".join(sorted(c for c in set(letters) if letters.count(c) == 1 and c not in _ELLIPSIS))
+    out = out.replace("...", _ELLIPSIS[:most])
     if len(set(out)) != len(out) or any(c not in letters for c in out):
         raise n.error(f"equation '{equation}': the output '{out}' must name distinct letters of the operands")
     return terms, out
+
+
+def _einsum_diagonal(n: Node, x: Value, t: str) -> tuple[Value, str]:
+    """x with each letter repeated in its term t reduced to one axis, the diagonal: the two axes moved last,
+    flattened, and the elements at i * (d + 1) gathered. Returns the new operand and its term."""
+    while len(set(t)) != len(t):
+        c = next(c for c in t if t.count(c) > 1)
+        i = t.index(c)
+        j = t.index(c, i + 1)
+        d, e = x.type.shape[i], x.type.shape[j]
+        if d != e or not isinstance(d, int):
+            raise n.error(f"letter '{c}' repeated in one term (a diagonal) stands for sizes {d} and {e}")
+        rest = [a for a in range(len(t)) if a not in (i, j)]
+        if rest + [i, j] != list(range(len(t))):
+            x = n.b.transpose(x, perm=tuple(rest + [i, j]))
+        x = n.b.reshape(x, shape=tuple(x.type.shape[: len(rest)]) + (d * d,))
+        x = n.b.gather(x, n.constant(np.arange(d) * (d + 1), DType.i64), axis=len(rest))
+        t = "".join(t[a] for a in rest) + c
+    return x, t
 
 
 def _einsum_matmul(n: Node, xs: list[Value], terms: list[str], out: str, summed: list[str], size: dict) -> Value:
@@ -999,9 +1218,20 @@ def _reshape_target(n: Node, shape: tuple[int, ...], want: tuple[int, ...], allo
     return tuple(out)
 
 
+def _runtime_op(n: Node, short: str, operands: list, attrs: dict, shapes: list, dtype: DType, many: bool = False):
+    """graph.<short> with an attribute taken at run time from an input of the model (`{shape = %shape}`): its
+    results typed here, `?` where the value decides the size; the function is specialized to each call's values."""
+    out = getattr(n.b, short)(*operands, result_types=[TensorType(tuple(s), dtype) for s in shapes], **attrs)
+    return list(out) if many else out
+
+
 @converts("Reshape", attrs="shape allowzero consumed_inputs")
 def reshape(n: Node) -> list:
     x = n.x(0)
+    if n.opset >= 5 and n.known(1) is None and not n.attr("allowzero", 0):
+        # The shape fed when the model is called: graph.reshape reads 0 and -1 as ONNX does (allowzero = 0).
+        shape = n.runtime(1, "shape")
+        return [_runtime_op(n, "reshape", [x], {"shape": shape}, [(DYN,) * n.type(1).size], x.type.dtype)]
     want = tuple(n.attr("shape")) if n.opset < 5 else n.ints(1, "shape")
     target = _reshape_target(n, x.type.shape, want, bool(n.attr("allowzero", 0)))
     if 0 in target:  # empty: graph.reshape would read a 0 as "keep the input's size"
@@ -1292,6 +1522,12 @@ def split(n: Node) -> list:
     x = n.x(0)
     a = _axis(n, n.attr("axis", 0), x.type.rank)
     d, count = x.type.shape[a], len(n.proto.output)
+    if n.opset >= 13 and n.has(1) and n.known(1) is None:  # the parts' sizes fed when the model is called
+        if n.type(1).size != count:
+            raise n.error(f"split {n.type(1)} has {n.type(1).size} parts for the node's {count} outputs")
+        shape = tuple(DYN if i == a else s for i, s in enumerate(x.type.shape))
+        return _runtime_op(n, "split", [x], {"axis": a, "sections": n.runtime(1, "split")}, [shape] * count,
+                           x.type.dtype, many=True)
     sizes = (n.ints(1, "split") if n.has(1) else None) if n.opset >= 13 else n.attr("split", None)
     if sizes is None and "num_outputs" in n.attrs:
         if n.attr("num_outputs") != count:
@@ -1313,6 +1549,15 @@ def slice_(n: Node) -> list:
     x = n.x(0)
     if n.opset < 10:
         starts, ends, axes, steps = n.attr("starts"), n.attr("ends"), n.attr("axes", None), None
+    elif any(n.has(i) and n.known(i) is None for i in range(1, 5)):  # some fed when the model is called
+        attrs = {}
+        for i, key in enumerate(("starts", "ends", "axes", "steps"), 1):
+            if n.has(i):
+                attrs[key] = n.runtime(i, key) if n.known(i) is None else n.ints(i, key)
+        axes = attrs.get("axes", tuple(range(n.type(1).size)))
+        sliced = set(range(x.type.rank)) if isinstance(axes, ArgValue) else {a % max(x.type.rank, 1) for a in axes}
+        shape = tuple(DYN if i in sliced else d for i, d in enumerate(x.type.shape))
+        return [_runtime_op(n, "slice", [x], attrs, [shape], x.type.dtype)]
     else:
         starts, ends = n.ints(1, "starts"), n.ints(2, "ends")
         axes = n.ints(3, "axes") if n.has(3) else None
@@ -1334,6 +1579,13 @@ def transpose(n: Node) -> list:
 @converts("Squeeze", "Unsqueeze", attrs="axes")
 def squeeze(n: Node) -> list:
     x = n.x(0)
+    if n.opset >= 13 and n.has(1) and n.known(1) is None and n.type(1).size:  # axes fed at the call
+        k = n.type(1).size
+        rank = x.type.rank + k if n.op_type == "Unsqueeze" else x.type.rank - k
+        if rank < 0:
+            raise n.error(f"cannot squeeze {k} axes of {x.type}")
+        return [_runtime_op(n, n.op_type.lower(), [x], {"axes": n.runtime(1, "axes")}, [(DYN,) * rank],
+                            x.type.dtype)]
     axes = (n.ints(1, "axes") if n.has(1) else None) if n.opset >= 13 else n.attr("axes", None)
     if n.op_type == "Unsqueeze":
         if axes is None:
@@ -1729,7 +1981,8 @@ def range_(n: Node) -> list:
 # --- attention ----------------------------------------------------------------------------------------
 
 
-@converts("Attention", attrs="is_causal kv_num_heads q_num_heads qk_matmul_output_mode scale softcap softmax_precision")
+@converts("Attention", attrs="is_causal kv_num_heads left_window_size q_num_heads qk_matmul_output_mode right_window_size "
+         "scale softcap softmax_precision")
 def attention(n: Node) -> list:
     """Scaled dot-product attention (opset 23) as graph ops, as onnx's reference computes it: Q and K each
     scaled by sqrt(scale), the past keys and values before the new ones, K and V heads repeated for
@@ -1741,8 +1994,8 @@ def attention(n: Node) -> list:
     rank = q.type.rank
     if rank not in (3, 4) or k.type.rank != rank or v.type.rank != rank:
         raise n.error(f"Q, K and V must all be 3-D or all 4-D, not {q.type}, {k.type}, {v.type}")
-    if n.has(6):
-        raise n.error("input #6 (nonpad_kv_seqlen) is not supported: gc needs static shapes")
+    if n.has(6) and n.has(4):
+        raise n.error("nonpad_kv_seqlen cannot be combined with past_key and past_value")
     if n.has(4) != n.has(5):
         raise n.error("past_key and past_value must be given together")
     dt = q.type.dtype
@@ -1822,11 +2075,10 @@ def _attention_bias(n: Node, dt: DType, lq: int, lk: int, past: int) -> Value | 
         if short:
             fill = np.full((*mask.type.shape[:-1], short), ninf, dt.np)
             mask = n.b.concat(mask, n.constant(fill, dt), axis=-1)
-    if not n.attr("is_causal", 0):
-        return mask
-    allowed = np.arange(lk)[None, :] <= np.arange(lq)[:, None] + past
-    causal = n.constant(np.where(allowed, 0, ninf).astype(dt.np), dt)
-    return causal if mask is None else n.b.add(mask, causal)
+    from compiler.importers.onnx_attention import position_bias  # is_causal, the window, nonpad_kv_seqlen
+
+    rules = position_bias(n, dt, lq, lk, past, n.x(6) if n.has(6) else None)
+    return rules if mask is None else mask if rules is None else n.b.add(mask, rules)
 
 
 def _masked_softmax(n: Node, x: Value, bias: Value) -> Value:
@@ -1843,6 +2095,64 @@ def _masked_softmax(n: Node, x: Value, bias: Value) -> Value:
 
 
 # --- losses --------------------------------------------------------------------------------------------
+
+
+@converts("RotaryEmbedding", attrs="interleaved num_heads rotary_embedding_dim")
+def rotary_embedding(n: Node) -> list:
+    """Rotary position embedding (opset 23), decomposed: x as [batch, seq, heads, head_size] (4-D transposed,
+    3-D split into num_heads), cos and sin gathered at position_ids (or given per batch and position); the first
+    rotary_embedding_dim of each head rotated as pairs (x1, x2) -> (cos x1 - sin x2, sin x1 + cos x2), pairs
+    being the two halves or, interleaved, the even and odd elements; the rest passed through."""
+    x, cos, sin = n.x(0), n.x(1), n.x(2)
+    t = x.type
+    if t.rank not in (3, 4):
+        raise n.error(f"the input must be 3-D or 4-D, got {t}")
+    heads = int(n.attr("num_heads", 0))
+    if t.rank == 4:
+        x = n.b.transpose(x, perm=(0, 2, 1, 3))
+    else:
+        if heads <= 0:
+            raise n.error(f"a 3-D input needs num_heads > 0, got {heads}")
+        if not static(t.shape):
+            raise n.error(f"a 3-D input must have static sizes, got {t}")
+        if t.shape[2] % heads:
+            raise n.error(f"the hidden size {t.shape[2]} is not a multiple of num_heads {heads}")
+        x = n.b.reshape(x, shape=(t.shape[0], t.shape[1], heads, t.shape[2] // heads))
+    d = x.type.shape[3]
+    rot = int(n.attr("rotary_embedding_dim", 0)) or d
+    if not isinstance(d, int) or rot < 0 or rot > d or rot % 2:
+        raise n.error(f"rotary_embedding_dim must be even and at most the head size {d}, got {rot}")
+    half = rot // 2
+    if n.has(3):
+        if cos.type.rank != 2 or sin.type.rank != 2:
+            raise n.error(f"with position_ids the caches must be 2-D [max_position, {half}], got {cos.type} and "
+                          f"{sin.type}")
+        pos = n.x(3)
+        cos, sin = n.b.gather(cos, pos, axis=0), n.b.gather(sin, pos, axis=0)
+    elif cos.type.rank != 3 or sin.type.rank != 3:
+        raise n.error(f"without position_ids the caches must be 3-D [batch, sequence, {half}], got {cos.type} and "
+                      f"{sin.type}")
+    for c in (cos, sin):
+        if c.type.shape[-1] != half:
+            raise n.error(f"the caches' last size must be rotary_embedding_dim / 2 = {half}, got {c.type}")
+    cos, sin = n.b.unsqueeze(cos, axes=(2,)), n.b.unsqueeze(sin, axes=(2,))
+    xr = x if rot == d else n.b.slice(x, starts=(0,), ends=(rot,), axes=(3,))
+    if n.attr("interleaved", 0):
+        x1 = n.b.slice(xr, starts=(0,), ends=(rot,), axes=(3,), steps=(2,))
+        x2 = n.b.slice(xr, starts=(1,), ends=(rot,), axes=(3,), steps=(2,))
+    else:
+        x1 = n.b.slice(xr, starts=(0,), ends=(half,), axes=(3,))
+        x2 = n.b.slice(xr, starts=(half,), ends=(rot,), axes=(3,))
+    real = n.b.sub(n.b.mul(cos, x1), n.b.mul(sin, x2))
+    imag = n.b.add(n.b.mul(sin, x1), n.b.mul(cos, x2))
+    if n.attr("interleaved", 0):
+        y = n.b.concat(n.b.unsqueeze(real, axes=(4,)), n.b.unsqueeze(imag, axes=(4,)), axis=4)
+        y = n.b.reshape(y, shape=tuple(xr.type.shape))
+    else:
+        y = n.b.concat(real, imag, axis=3)
+    if rot != d:
+        y = n.b.concat(y, n.b.slice(x, starts=(rot,), ends=(d,), axes=(3,)), axis=3)
+    return [n.b.transpose(y, perm=(0, 2, 1, 3)) if t.rank == 4 else n.b.reshape(y, shape=tuple(t.shape))]
 
 
 @converts("NegativeLogLikelihoodLoss", attrs="ignore_index reduction")
@@ -1891,3 +2201,34 @@ def _nll(n: Node, x: Value, target: Value, weight: Value | None) -> Value:
     every = tuple(range(loss.type.rank))
     total = n.b.reduce_sum(loss, axes=every)
     return total if reduction == "sum" else n.b.div(total, n.b.reduce_sum(w, axes=every))
+
+
+@converts("GridSample", attrs="mode padding_mode align_corners")
+def grid_sample(n: Node) -> list:
+    """graph.grid_sample; opset 16's `bilinear` and `bicubic` are 20's `linear` and `cubic`. A grid of another
+    float dtype than X is cast to X's."""
+    x, grid = n.x(0), n.x(1)
+    mode = n.attr("mode", "linear")
+    mode = {"bilinear": "linear", "bicubic": "cubic"}.get(mode, mode)
+    padding = n.attr("padding_mode", "zeros")
+    if mode not in ("linear", "nearest", "cubic"):
+        raise n.error(f"mode '{mode}' is not one of linear (bilinear), nearest, cubic (bicubic)")
+    if padding not in ("zeros", "border", "reflection"):
+        raise n.error(f"padding_mode '{padding}' is not one of zeros, border, reflection")
+    if grid.type.dtype != x.type.dtype and x.type.dtype.is_float and grid.type.dtype.is_float:
+        grid = n.b.cast(grid, dtype=x.type.dtype)
+    return [n.b.grid_sample(x, grid, mode=mode, padding_mode=padding, align_corners=bool(n.attr("align_corners", 0)))]
+
+
+@converts("AffineGrid", attrs="align_corners")
+def affine_grid(n: Node) -> list:
+    """graph.affine_grid of theta, the size [N, C, H, W] or [N, C, D, H, W] a constant at import (its spatial
+    sizes become the op's `size`)."""
+    theta, size = n.x(0), n.ints(1, "size")
+    if len(size) not in (4, 5):
+        raise n.error(f"size must be [N, C, H, W] or [N, C, D, H, W], got {list(size)}")
+    n.check_size(size, "the grid")
+    batch = theta.type.shape[0] if theta.type.rank else None
+    if isinstance(batch, int) and batch != size[0]:
+        raise n.error(f"size's batch {size[0]} differs from theta's {batch} ({theta.type})")
+    return [n.b.affine_grid(theta, size=size[2:], align_corners=bool(n.attr("align_corners", 0)))]

@@ -1,5 +1,5 @@
 """Reductions: reduce_sum, reduce_mean, reduce_prod, reduce_max, reduce_min over a set of axes, argmax, and
-cumsum (the running sum along one axis).
+cumsum and cumprod (the running sum and product along one axis).
 
 `axes` absent or `[]` reduces every axis (ONNX's `noop_with_empty_axes = 0`); negative axes count
 from the end. Reducing an empty set gives ONNX's identities: 0 for sum, 1 for prod, -inf (or the dtype's least
@@ -322,6 +322,8 @@ class Cumsum(Op, name="graph.cumsum"):
 
     `exclusive` leaves the element itself out of its sum (the first is 0); `reverse` sums from the end."""
 
+    identity = 0  # the running value before the first element (what an exclusive scan starts from)
+    scan = staticmethod(np.cumsum)
     kind = "reduction"
     precision = "f32"
     x = operand()
@@ -340,9 +342,9 @@ class Cumsum(Op, name="graph.cumsum"):
         axis = self.axis % x.ndim
         acc = np.float64 if np.issubdtype(x.dtype, np.floating) else np.uint64 if x.dtype.kind == "u" else np.int64
         v = np.flip(x, axis) if self.reverse else x
-        y = np.cumsum(v, axis=axis, dtype=acc)
+        y = self.scan(v, axis=axis, dtype=acc)
         if self.exclusive:  # shift by one along the axis: each sum without its own element
-            y = np.concatenate([np.zeros_like(np.take(y, [0], axis=axis)), np.delete(y, -1, axis=axis)], axis=axis) \
+            y = np.concatenate([np.full_like(np.take(y, [0], axis=axis), self.identity), np.delete(y, -1, axis=axis)], axis=axis) \
                 if x.shape[axis] else y
         y = np.flip(y, axis) if self.reverse else y
         return y.astype(x.dtype)
@@ -371,12 +373,31 @@ class Cumsum(Op, name="graph.cumsum"):
             elem = x(*idx[:axis], size - 1 - k if self.reverse else k, *idx[axis + 1 :])
             elem = elem.astype(acc) if acc != t.dtype.tvm else elem
             # A select rather than te.sum's `where`, which gc's reduction schedules do not keep.
-            return te.sum(tirx.Select(inside, elem, tirx.const(0, acc)), axis=k)
+            elem = tirx.Select(inside, elem, tirx.const(self.identity, acc))
+            return te.sum(elem, axis=k) if self.identity == 0 else _product(elem, axis=[k])
 
+        name = _short(self)
         if acc == t.dtype.tvm:
-            return te.compute(x.shape, body, name="cumsum")
-        total = te.compute(x.shape, body, name="cumsum_acc")
-        return te.compute(x.shape, lambda *i: total(*i).astype(t.dtype.tvm), name="cumsum")
+            return te.compute(x.shape, body, name=name)
+        total = te.compute(x.shape, body, name=f"{name}_acc")
+        return te.compute(x.shape, lambda *i: total(*i).astype(t.dtype.tvm), name=name)
 
 
-OPS = [ReduceSum, ReduceMean, ReduceProd, ReduceMax, ReduceMin, Argmax, Cumsum]
+class Cumprod(Cumsum, name="graph.cumprod"):
+    """Running product along axis (ONNX CumProd):  %y = graph.cumprod(%x) {axis = 1, reverse = true} : tensor<4x5xf32>
+
+    `exclusive` leaves the element itself out of its product (the first is 1); `reverse` multiplies from the end.
+    It has no gradient rule (the product of the others, divided out, would divide by a zero)."""
+
+    identity = 1
+    scan = staticmethod(np.cumprod)
+
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        from compiler.passes import InputError  # the autodiff pass's diagnostic for an op it cannot go through
+
+        raise InputError(f"{self.name} has no gradient rule (the product of the other elements would divide by "
+                         "elements that may be 0; exp(cumsum(log(x))) differentiates for positive x): autodiff "
+                         "cannot differentiate through it", self.loc)
+
+
+OPS = [ReduceSum, ReduceMean, ReduceProd, ReduceMax, ReduceMin, Argmax, Cumsum, Cumprod]

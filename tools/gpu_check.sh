@@ -40,8 +40,9 @@ print("add on the GPU:", m(np.ones(4, np.float32), np.full(4, 2, np.float32))[0]
 EOF
 
 if [[ $STEPS == *tests* ]]; then
+  # (--timeout: pytest-timeout, in the lent image; one slow kernel build must not take the whole lease)
   log tests/test_codegen_cuda.py and the cuda cases of tests/test_nan.py
-  python3 -m pytest tests/test_codegen_cuda.py tests/test_nan.py -q -n 8 -p no:cacheprovider -rfEs --no-header 2>&1 |
+  python3 -m pytest tests/test_codegen_cuda.py tests/test_nan.py -q -n 8 -p no:cacheprovider -rfEs --no-header --timeout 180 2>&1 |
     tee "$OUT/test_codegen_cuda.log" | tail -40
 fi
 

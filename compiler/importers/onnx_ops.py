@@ -956,51 +956,29 @@ def argmax(n: Node) -> list:
     return [n.b.sub(n.constant(np.array(d - 1), DType.i64), n.b.argmax(rev, axis=a, keepdims=keep))]
 
 
-@converts("CumSum", attrs="exclusive reverse")
-def cumsum(n: Node) -> list:
-    """graph.cumsum along the axis, a constant at import; an axis computed at run time (the node tests feed it
-    so) takes the cumsum along each axis the rank allows and picks the one named (one cumsum for a 1-D x)."""
+@converts("CumSum", "CumProd", attrs="exclusive reverse")
+def cumulative(n: Node) -> list:
+    """graph.cumsum (graph.cumprod) along the axis, a constant at import; an axis computed at run time (the node
+    tests feed it so) takes the running sum (product) along each axis the rank allows and picks the one named
+    (one for a 1-D x)."""
     x = n.x(0)
     r = x.type.rank
+    run = getattr(n.b, n.op_type.lower())
     if r == 0:
-        raise n.error(f"cannot take a running sum of the scalar {x.type}")
+        raise n.error(f"cannot take a running {'sum' if n.op_type == 'CumSum' else 'product'} of the scalar {x.type}")
     flags = {"exclusive": bool(n.attr("exclusive", 0)), "reverse": bool(n.attr("reverse", 0))}
     if n.type(1).size != 1 or n.type(1).dtype not in (DType.i32, DType.i64):
         raise n.error(f"the axis must be one i32 or i64, got {n.type(1)}")
     if n.known(1) is not None:
-        return [n.b.cumsum(x, axis=_axis(n, n.ints(1, "axis")[0], r), **flags)]
+        return [run(x, axis=_axis(n, n.ints(1, "axis")[0], r), **flags)]
     if r == 1:  # 0 and -1 are the only axes there are
-        return [n.b.cumsum(x, axis=0, **flags)]
+        return [run(x, axis=0, **flags)]
     axis = n.b.reshape(n.b.cast(n.x(1), dtype=DType.i64), shape=())
     axis = n.b.where(n.b.less(axis, n.constant(np.array(0), DType.i64)),
                      n.b.add(axis, n.constant(np.array(r), DType.i64)), axis)  # fmt: skip
-    y = n.b.cumsum(x, axis=r - 1, **flags)  # an axis out of range gets the last one's
+    y = run(x, axis=r - 1, **flags)  # an axis out of range gets the last one's
     for a in reversed(range(r - 1)):
-        y = n.b.where(n.b.equal(axis, n.constant(np.array(a), DType.i64)), n.b.cumsum(x, axis=a, **flags), y)
-    return [y]
-
-
-@converts("CumProd", attrs="exclusive reverse")
-def cumprod(n: Node) -> list:
-    """graph.cumprod along the axis (opset 26), as CumSum: a constant axis, or one computed at run time picking
-    among the running products along each axis."""
-    x = n.x(0)
-    r = x.type.rank
-    if r == 0:
-        raise n.error(f"cannot take a running product of the scalar {x.type}")
-    flags = {"exclusive": bool(n.attr("exclusive", 0)), "reverse": bool(n.attr("reverse", 0))}
-    if n.type(1).size != 1 or n.type(1).dtype not in (DType.i32, DType.i64):
-        raise n.error(f"the axis must be one i32 or i64, got {n.type(1)}")
-    if n.known(1) is not None:
-        return [n.b.cumprod(x, axis=_axis(n, n.ints(1, "axis")[0], r), **flags)]
-    if r == 1:
-        return [n.b.cumprod(x, axis=0, **flags)]
-    axis = n.b.reshape(n.b.cast(n.x(1), dtype=DType.i64), shape=())
-    axis = n.b.where(n.b.less(axis, n.constant(np.array(0), DType.i64)),
-                     n.b.add(axis, n.constant(np.array(r), DType.i64)), axis)  # fmt: skip
-    y = n.b.cumprod(x, axis=r - 1, **flags)
-    for a in reversed(range(r - 1)):
-        y = n.b.where(n.b.equal(axis, n.constant(np.array(a), DType.i64)), n.b.cumprod(x, axis=a, **flags), y)
+        y = n.b.where(n.b.equal(axis, n.constant(np.array(a), DType.i64)), run(x, axis=a, **flags), y)
     return [y]
 
 

@@ -562,8 +562,9 @@ class Op:
         self.attrs = self.check_attrs(attrs or {}, loc)
         self.check_operand_count(len(self.operands), loc)
         types = list(result_types) if result_types is not None else None
-        if types is None or (None in types and self.runtime_attrs()):
-            if self.runtime_attrs():
+        runtime = self.runtime_attrs()
+        if types is None or (runtime and None in types):
+            if runtime:
                 raise GCError(f"{self.name}: the result types must be written where an attribute is taken at run "
                               f"time ({self._runtime_list()})", loc)
             inferred = self.infer_types()

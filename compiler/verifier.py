@@ -42,10 +42,7 @@ def _verify_func(f: Func, module: Module, diag: DiagnosticCollector, infer_missi
 
 
 def _verify_op(op: Op, module: Module, diag: DiagnosticCollector, infer_missing: bool) -> None:
-    if op.runtime_attrs():  # checked when the function is specialized to a call's values
-        if any(r.type is None for r in op.results):
-            diag.error(f"{op.name}: the result types must be written where an attribute is taken at run time "
-                       f"({op._runtime_list()})", op.loc)
+    if op.runtime_attrs():  # written types (the parser and Op insist), checked when specialized to a call
         return
     try:
         inferred = op.infer_types()

@@ -1,7 +1,7 @@
 """Matmul rule: any block computing C[b.., i, j] += A[..] * B[..] (batched, transposed, with casts).
 
 The schedule is the one measured in the TVM notes (§4): a register tile of rows x two vector registers
-of columns (4 rows with AVX2's 16 registers, 8 with AVX-512's 32: `accumulators`), k split in chunks,
+of columns (6 rows with AVX2's 16 registers, 8 with AVX-512's 32: `accumulators`), k split in chunks,
 B packed into [N/16, K, 16] panels so that the inner loop reads it contiguously, accumulators written
 back under the tile where the epilogue (bias, ReLU, GELU) runs on them while they are hot. Sizes that
 do not divide are padded (pad_einsum) rather than predicated: a predicate inside the inner loop costs 3x.
@@ -40,11 +40,23 @@ from compiler.codegen.cpu_rules.common import (
 from compiler.codegen.target import cpu, num_cores
 
 
-# Accumulator registers of the tile: half the vector registers, which leaves room for B's vectors and
-# A's broadcasts: 8 with AVX2's 16 (both FMA pipes busy through their latency), 16 with AVX-512's 32
-# (8 rows of two vectors: ViT-B/16 0.98x, the MLP example 0.96x, the transformer 0.98x of 8, Zen 4).
+# Accumulator registers of the tile: 12 with AVX2's 16 registers (6 rows of two vectors; B's two vectors
+# and A's broadcast take three of the other four): 8 would keep both FMA pipes busy only if no load ever
+# stalled them (4-cycle latency x 2 pipes): GPT-2's [128, 768] @ [768, 3072] 7-9% faster in 6-row tiles
+# (Zen 3), the 6-row kernel of ONNX Runtime's FMA3 SGEMM. 16 with AVX-512's 32 (8 rows of two vectors:
+# ViT-B/16 0.98x, the MLP example 0.96x, the transformer 0.98x of 8, Zen 4).
 def accumulators() -> int:
-    return max(8, cpu().registers // 2)
+    return max(12, cpu().registers // 2)
+
+
+def row_tile(m: int, most: int) -> int:
+    """Rows of the register tile: `most`, or fewer where M's padding to whole tiles costs more than the
+    smaller tile does. Padded rows are computed and dropped; each k step of a tile of r rows loads B's
+    vectors once for all r, so a row costs about 1 + 1/r (128 rows: 6-row tiles over 132, not 4-row ones;
+    Winograd's 196 tiles: 7 rows, not 8 over 200)."""
+    if m <= most:
+        return m
+    return min(range(most, (most + 1) // 2 - 1, -1), key=lambda r: -(-m // r) * r * (r + 1) / r)
 
 
 LARGE_M = 256  # from here on, packing all of B once is cheap next to the product
@@ -180,13 +192,11 @@ def plan(e: Einsum) -> Plan:
         ni = -(-n // vl) * vl
         nt_want = ni
         order = "kin" if order == "kout" else order
-    # Rows of the register tile: accumulators() vectors in all (AVX2: 4 rows of two vectors, or 8 of one),
-    # or a few rows fewer where those divide M and the full count does not: padding M copies A and
-    # computes into a padded C, both allocated per call (Winograd's 196 tiles, [36, 196, 64] @ [36, 64, 64]:
-    # 777 us in 8-row tiles over 200 rows, 330 in 7-row tiles; 49 tiles 356 -> 290 us on Zen 4).
-    mi = 1 if m == 1 else min(accumulators() // (ni // vl), m)
-    if m % mi:
-        mi = next((d for d in range(mi, (mi + 1) // 2 - 1, -1) if m % d == 0), mi)
+    # Rows of the register tile: accumulators() vectors in all (AVX2: 6 rows of two vectors, or 12 of one),
+    # or fewer where padding M to whole tiles costs more (padded rows of A are read again in place,
+    # `_clamp_rows`, where a copy of A allocated per call made Winograd's [36, 196, 64] @ [36, 64, 64]
+    # 777 us in 8-row tiles over 200 rows against 330 in 7-row ones, Zen 4).
+    mi = row_tile(m, accumulators() // (ni // vl))
     mt_want = 64 if order == "kout" else 32
     batch = math.prod(e.ext[p] for p in e.batch)
     if order == "gemv" and n > ni:
@@ -217,9 +227,11 @@ def _split(n: int, inner: int, want: int) -> tuple[int, int]:
     """(padded n, tile): tile a multiple of `inner` near `want`, padded n a multiple of the tile, little waste:
     of the chunk counts from the nearest to `want` on (up to one inner tile a chunk), the fewest that pad
     fewest inner tiles (ViT's 197 rows: 5 chunks of 40 rows, 200 rows, not 4 of 52, 208: 5.6% more work;
-    its attention's 197 columns: 7 panels of 32, 224 columns, not 2 chunks of 128, 256: Q K^T 604 -> 559 us)."""
+    its attention's 197 columns: 7 panels of 32, 224 columns, not 2 chunks of 128, 256: Q K^T 604 -> 559 us).
+    A chunk may exceed `want` by less than one inner tile: 128 rows in 6-row tiles are 2 chunks of 66, not
+    11 of 12, which the "kout" order would pack B for 11 times (BERT's [128, 768] @ [768, 768] 23% slower)."""
     tiles = -(-n // inner)
-    base = -(-tiles // max(1, want // inner))
+    base = -(-tiles // max(1, -(-want // inner)))
     chunks = min(range(base, max(2 * base, tiles) + 1), key=lambda c: (-(-tiles // c) * c - tiles, c))
     per = -(-tiles // chunks)
     return inner * per * chunks, inner * per

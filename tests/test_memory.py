@@ -575,10 +575,65 @@ def test_concats_whose_operands_cannot_lie_in_place_still_copy(change: str) -> N
         close(want, got)
 
 
+GPT2_MLP = """
+// GPT-2's MLP as TorchScript exports it: rows flattened for the product, unflattened after it.
+func @main(%x: tensor<1x8x16xf32>, %g: tensor<16xf32>, %bt: tensor<16xf32>, %w1: tensor<16x32xf32>,
+           %w2: tensor<32x16xf32>) -> tensor<1x8x16xf32> {
+  %n = graph.layer_norm(%x, %g, %bt) {axis = -1}
+  %f = graph.reshape(%n) {shape = [8, 16]}
+  %h = graph.matmul(%f, %w1) : tensor<8x32xf32>
+  %u = graph.reshape(%h) {shape = [1, 8, 32]}
+  %a = graph.tanh(%u)
+  %f2 = graph.reshape(%a) {shape = [8, 32]}
+  %o = graph.matmul(%f2, %w2) : tensor<8x16xf32>
+  %y = graph.reshape(%o) {shape = [1, 8, 16]}
+  %r = graph.add(%y, %x)
+  return %r
+}
+"""
+
+
+def test_a_reshape_is_a_view_of_its_operand_and_copies_nothing() -> None:
+    """Each lone reshape's result lies at its operand's bytes (its producer writes them there) and its
+    launch copies nothing; compiled, no step runs it, and the values are the interpreter's."""
+    m = parse(GPT2_MLP, "mlp.gir")
+    inputs = random_inputs(m["main"], 0, m)
+    expected = run(m, inputs)
+    p = planned(parse(GPT2_MLP, "mlp.gir"), "schedule,plan-memory{align=64,in-place-epilogues=true,concat-views=true}")
+    f = p["main"]
+    check_plan(p, f)
+    reshapes = [op for op in f.ops if op.name == "exec.launch" and op.kernel.name.startswith("reshape")]
+    assert len(reshapes) == 4 and copies_nothing(p, f) == set(reshapes)
+    for op in reshapes:
+        assert op.operands[0].owner.operands[-1].owner.offset == op.operands[-1].owner.offset
+    for want, got in zip(expected, run(p, inputs)):
+        close(want, got)
+    model = compiler.compile(GPT2_MLP, "llvm", cache=False)
+    assert not any(c.kernel.startswith("reshape") for c in model.plan.steps)
+    assert_outputs(model(**inputs), expected, rtol=2e-5, atol=2e-5)
+
+
+def test_a_reshape_of_a_value_read_elsewhere_or_returned_copies() -> None:
+    """A reshape whose operand another op reads too, or whose result is returned, keeps its copy."""
+    text = GPT2_MLP.replace("-> tensor<1x8x16xf32>", "-> (tensor<1x8x16xf32>, tensor<8x32xf32>)")
+    text = text.replace("return %r", "return %r, %h")
+    p = planned(parse(text, "mlp.gir"), "schedule,plan-memory{align=64,in-place-epilogues=true,concat-views=true}")
+    check_plan(p, p["main"])
+    kept = {op.kernel.name for op in p["main"].ops if op.name == "exec.launch" and op.kernel.name.startswith("reshape")}
+    copied = {op.kernel.name for op in p["main"].ops if op.name == "exec.launch"} - {
+        op.kernel.name for op in copies_nothing(p, p["main"])}
+    assert "reshape_1" in kept & copied  # %u reads %h, which is returned
+    m = parse(text, "mlp.gir")
+    inputs = random_inputs(m["main"], 0, m)
+    for want, got in zip(run(m, inputs), run(p, inputs)):
+        close(want, got)
+
+
 @st.composite
 def concat_nets(draw) -> str:
     """Random nets of concats over 4x4 maps (64 bytes a channel, so offsets align): operands from
-    elementwise ops, 1x1 and 3x3 convs, arguments, other concats (nested), some read twice; concats along
+    elementwise ops, 1x1 and 3x3 convs, arguments, other concats (nested), reshapes (views of their
+    operands where those are read by them alone), some read twice; concats along
     channels, rows or the batch, of one or two images; results that are concats or their operands."""
     n = draw(st.sampled_from([1, 1, 2]))
     c0 = draw(st.integers(1, 3))
@@ -590,10 +645,15 @@ def concat_nets(draw) -> str:
         return f"tensor<{n}x{c}x{h}x4xf32>"
 
     for i in range(draw(st.integers(2, 7))):
-        kind = draw(st.sampled_from(["relu", "exp", "conv1", "conv3", "concat", "concat", "concat"]))
+        kind = draw(st.sampled_from(["relu", "exp", "conv1", "conv3", "concat", "concat", "concat", "flat"]))
         src = draw(st.sampled_from(names))
         c = types[src]
-        if kind in ("relu", "exp"):
+        if kind == "flat":  # flattened, an elementwise op on the rows, and back: two reshapes that may be views
+            lines.append(f"  %f{i} = graph.reshape(%{src}) {{shape = [{n}, {c * 16}]}}")
+            lines.append(f"  %g{i} = graph.relu(%f{i})")
+            lines.append(f"  %v{i} = graph.reshape(%g{i}) {{shape = [{n}, {c}, 4, 4]}}")
+            types[f"v{i}"] = c
+        elif kind in ("relu", "exp"):
             lines.append(f"  %v{i} = graph.{'relu' if kind == 'relu' else 'tanh'}(%{src})")
             types[f"v{i}"] = c
         elif kind.startswith("conv"):
@@ -615,7 +675,7 @@ def concat_nets(draw) -> str:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(concat_nets())
-def test_random_concat_nets_plan_soundly_with_concat_views(text: str) -> None:
+def test_random_concat_and_reshape_nets_plan_soundly_with_views(text: str) -> None:
     m = parse(text, "cat.gir")
     inputs = random_inputs(m["main"], 0, m)
     expected = run(m, inputs)

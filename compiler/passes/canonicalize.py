@@ -10,6 +10,7 @@ the new op remembers both locations.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,7 +20,7 @@ from compiler.diagnostics import Location
 from compiler.ir import DType, Module, Op, Value
 from compiler.passes import Pass
 from compiler.rewrite import rewrite
-from dialects.graph import elementwise, shape
+from dialects.graph import elementwise, linalg, shape
 from dialects.graph.common import same_type
 
 
@@ -104,6 +105,24 @@ def reshape_reshape(op: shape.Reshape, b: Builder) -> Value | None:
     return _fused(b, inner, op).reshape(inner.x, shape=op.result.type.shape)
 
 
+def matmul_unflattened(op: shape.Reshape, b: Builder) -> Value | None:
+    """reshape(matmul(a, w), [.., N]) -> matmul(reshape(a, [.., K]), w): an [M, K] @ [K, N] product whose
+    rows are unflattened to [.., N] is the product of the rows unflattened first, as matmul broadcasts it
+    (GPT-2's Conv1D: view, addmm, view; the inner reshape then folds away or stays a view). Exact: the
+    same sums in the same order. Only where the product has no other reader, which would otherwise
+    compute it twice; the epilogue after it (bias, GELU, a residual add) then fuses with it."""
+    mm = op.x.owner
+    if not isinstance(mm, linalg.MatMul) or mm.a.type.rank != 2 or mm.b.type.rank != 2:
+        return None
+    (m, k), out = mm.a.type.shape, op.result.type.shape
+    if len(out) < 3 or not op.result.type.is_static or out[-1] != mm.b.type.shape[-1] or math.prod(out[:-1]) != m:
+        return None
+    if len(b.func.users().get(mm.result, [])) != 1:
+        return None
+    b = _fused(b, mm, op)
+    return b.matmul(b.reshape(mm.a, shape=(*out[:-1], k)), mm.b)
+
+
 def transpose_transpose(op: shape.Transpose, b: Builder) -> Value | None:
     """transpose(transpose(x, p), q) -> transpose(x, [p[i] for i in q]), or x when that is the identity.
     Both perms are normalised first (negative entries, absent perm = reversed)."""
@@ -145,8 +164,8 @@ def fold(op: Op, b: Builder) -> Value | None:
 fold.stats_key = lambda op: f"fold-{op.name.split('.', 1)[-1].replace('_', '-')}"  # type: ignore[attr-defined]
 
 PATTERNS = [
-    fold, sub_self, neg_neg, relu_relu, cast_round_trip, cast_cast, reshape_reshape, transpose_transpose,
-    squeeze_unsqueeze, unsqueeze_squeeze,
+    fold, sub_self, neg_neg, relu_relu, cast_round_trip, cast_cast, reshape_reshape, matmul_unflattened,
+    transpose_transpose, squeeze_unsqueeze, unsqueeze_squeeze,
 ]  # fmt: skip
 
 

@@ -72,3 +72,14 @@ def test_ab_times_artifacts_in_turns_and_compares_their_outputs(tmp_path, capsys
     assert out[0].startswith("warning: ") and paths[2] in out[0]
     assert [line.split(":")[0] for line in out[1:]] == paths
     assert out[1].endswith("(1.00x the first)")
+
+
+def test_the_zoo_measures_the_fma_peak_with_a_loop_compiled_for_this_cpu(monkeypatch) -> None:
+    """tools/zoo.py's roofline: the FMA loop llvmlite compiles is valid IR for this host's vector width
+    and registers, and runs (a short loop here; its figure is a benchmark's, not a test's)."""
+    pytest.importorskip("llvmlite")
+    spec = importlib.util.spec_from_file_location("zoo", ROOT / "tools" / "zoo.py")
+    zoo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zoo)
+    monkeypatch.setattr(zoo, "FMA_LOOP", 100_000)
+    assert zoo.fma_peak(2) > 0

@@ -527,6 +527,12 @@ class Op:
         The memory planner then has each operand's producer write it there, and the op copies nothing."""
         return None
 
+    def per_result(self, b: Any) -> list[Value] | None:
+        """For an op of several results: one single-result op per result, built with Builder `b`, that
+        computes it apart as cheaply (a split's sections as slices). `fuse` takes them, so that each result
+        can join its reader's kernel (a kernel has one result). None: the op stays whole."""
+        return None
+
     def padded_operand(self, index: int) -> tuple[int, ...] | None:
         """The zero padding (top, left, bottom, right) the op adds around operand `index` before reading it,
         if it may read it from a zero-bordered buffer in place instead (conv2d's input); else None."""

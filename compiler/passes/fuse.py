@@ -8,6 +8,9 @@ a reshape follows it:
    elementwise/broadcast ops whose every user is in the group (its prologue);
 3. the elementwise, broadcast and injective ops left over group greedily, from the last op backwards.
 
+An op of several results (a split) can join no group, so where it offers one op per result
+(`Op.per_result`: a split's sections as slices) those replace it first, each free to fuse with its reader.
+
 Every group has one output, its last op; any other member joins only when all its users are members,
 so no work is duplicated. That also keeps the graph acyclic once each group is one call:
 a non-output member's users are members, so following users from any member reaches the output
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from compiler.builder import Builder
 from compiler.diagnostics import GCError
 from compiler.ir import Func, Module, Op, Value, more_elements
 from compiler.passes import Pass
@@ -50,6 +54,25 @@ class Group:
     def add(self, op: Op, home: dict[Op, Group]) -> None:
         self.members[op] = None
         home[op] = self
+
+
+def _per_result(f: Func) -> int:
+    """Ops of several results replaced by one op per result where the op offers them (`Op.per_result`: a
+    split's sections as slices), so that each result may fuse with its reader; how many were."""
+    cut = 0
+    for op in [op for op in f.ops if len(op.results) > 1]:
+        at = f.ops.index(op)
+        b = Builder(f, at, op.loc)
+        parts = op.per_result(b)
+        if parts is None:
+            continue
+        for old, new in zip(op.results, parts):
+            if new.name is None and old.name and old in f.results:
+                new.name = old.name
+            f.replace_all_uses(old, new)
+        f.ops.remove(op)
+        cut += 1
+    return cut
 
 
 def _start(op: Op, home: dict[Op, Group], open: bool) -> Group:
@@ -80,6 +103,7 @@ class Fuse(Pass):
             funcs.append(f)
             if f.attrs.get("kernel"):
                 continue
+            self.stats["ops-cut-per-result"] += _per_result(f)
             groups = [g for g in self.groups(f) if len(g.members) > 1]
             funcs += _outline(f, groups, taken)
             self.stats["groups-fused"] += len(groups)

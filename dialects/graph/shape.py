@@ -327,6 +327,15 @@ class Split(ShapeOp, name="graph.split"):
         cuts = np.cumsum(self.sections)[:-1]
         return tuple(np.split(x, cuts, axis=self.axis))
 
+    def per_result(self, b: Builder) -> list[Value] | None:
+        """Each section a slice: read once either way, and each can fuse with its reader (GPT-2's q, k, v
+        from one [1, 128, 2304] product went through a split kernel and three head transposes)."""
+        axis, at, out = self.axis % self.x.type.rank, 0, []
+        for size in self.sections:
+            out.append(b.slice(self.x, starts=[at], ends=[at + size], axes=[axis]))
+            at += size
+        return out
+
     def lower(self, x) -> tuple:
         from tvm import te
 

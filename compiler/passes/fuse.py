@@ -103,7 +103,9 @@ class Fuse(Pass):
             funcs.append(f)
             if f.attrs.get("kernel"):
                 continue
-            self.stats["ops-cut-per-result"] += _per_result(f)
+            cut = _per_result(f)
+            if cut:
+                self.stats["ops-cut-per-result"] += cut
             groups = [g for g in self.groups(f) if len(g.members) > 1]
             funcs += _outline(f, groups, taken)
             self.stats["groups-fused"] += len(groups)

@@ -629,6 +629,27 @@ def test_a_reshape_of_a_value_read_elsewhere_or_returned_copies() -> None:
         close(want, got)
 
 
+@pytest.mark.parametrize("shape", [(1, 16, 16, 8), (1, 64, 4, 8), (1, 8, 16, 16)])
+def test_a_reshape_view_between_convs_keeps_its_operands_bytes_in_nchw(shape) -> None:
+    """A reshape that regroups a conv's map is a view of the conv's bytes in NCHW only: channel-blocked,
+    [1, 32, 8, 8] and [1, 16, 16, 8] lie in other orders, so the two stay NCHW (their storage group is
+    not blocked) and the values are the interpreter's."""
+    c, h, w = shape[1:]
+    text = f"""func @main(%x: tensor<1x16x8x8xf32>, %w1: tensor<32x16x3x3xf32>, %w2: tensor<16x{c}x3x3xf32>) -> tensor<1x16x{h}x{w}xf32> {{
+  %a = graph.conv2d(%x, %w1) {{padding = [1, 1, 1, 1]}}
+  %r = graph.relu(%a)
+  %v = graph.reshape(%r) {{shape = [1, {c}, {h}, {w}]}}
+  %y = graph.conv2d(%v, %w2) {{padding = [1, 1, 1, 1]}}
+  return %y
+}}"""
+    m = parse(text, "regroup.gir")
+    inputs = random_inputs(m["main"], 0, m)
+    expected = run(m, inputs)
+    model = compiler.compile(text, "llvm", cache=False)
+    assert not any(s.kernel.startswith("reshape") for s in model.plan.steps)
+    assert_outputs(model(**inputs), expected, rtol=2e-5, atol=2e-5 * max(float(np.abs(e).max()) for e in expected))
+
+
 @st.composite
 def concat_nets(draw) -> str:
     """Random nets of concats over 4x4 maps (64 bytes a channel, so offsets align): operands from

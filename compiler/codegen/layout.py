@@ -82,10 +82,13 @@ def assign(planned, native: Callable[[object, dict[int, Blocked]], frozenset[int
             spatial_border = p is None or not (p[0] or p[1] or p[4] or p[5])  # (none on batch or channels)
             if c and v not in returned and v not in planned.read_elsewhere and spatial_border:
                 candidates[v] = c
-    # A group is a candidate only whole, of one block width.
+    # A group is a candidate only whole, of one block width, its members differing in channels alone (a
+    # concat's operands: each lies in the concat's blocked bytes at a whole channel block). A reshape view
+    # that regroups the map ([1, 32, 4, 4] as [1, 16, 8, 4]) shares its operand's bytes in NCHW only.
     for members in {id(g): g for g in group_of.values()}.values():
         widths = {candidates.get(v, 0) for v in members}
-        if len(widths) != 1 or 0 in widths:
+        maps = {(v.type.shape[0], *v.type.shape[2:]) for v in members}
+        if len(widths) != 1 or 0 in widths or len(maps) != 1:
             for v in members:
                 candidates.pop(v, None)
     chosen = dict(candidates)

@@ -45,12 +45,12 @@ def main(argv: list[str] | None = None) -> int:
 
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, _on_sigint)
-    parser = _parser()
-    args = parser.parse_args(argv)
-    if not getattr(args, "cmd", None):
-        parser.print_help(sys.stderr)
-        return 1
-    try:
+    try:  # the parser too: a Ctrl-C while it is built (a slow machine's first 0.4 s) is an interrupt
+        parser = _parser()
+        args = parser.parse_args(argv)
+        if not getattr(args, "cmd", None):
+            parser.print_help(sys.stderr)
+            return 1
         return args.func(args) or 0
     except GCError as e:
         print(e.render(), file=sys.stderr)

@@ -342,6 +342,18 @@ def test_an_interrupt_tvm_hands_back_as_another_exception_is_still_an_interrupt(
     assert capsys.readouterr().err == "gc: interrupted\n"
 
 
+def test_an_interrupt_while_the_parser_is_built_is_an_interrupt(monkeypatch, capsys) -> None:
+    """Ctrl-C lands where the process is: on a slow machine, 0.4 s in, that was building the parser."""
+    from compiler import cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_parser", interrupted)
+    assert cli.main(["opt", str(ROOT / "examples" / "mlp.gir")]) == 130
+    assert capsys.readouterr().err == "gc: interrupted\n"
+
+
 @pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full")
 def test_standard_output_on_a_full_disk_is_a_diagnostic(mlp: Path) -> None:
     with open("/dev/full", "w") as full:

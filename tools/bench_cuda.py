@@ -12,9 +12,9 @@ What each number is:
           `device` - the kernels (torch: the module) on GPU-resident buffers, no host copies;
           `call`   - a whole call from NumPy arrays to NumPy arrays, as `model(x)` is used (host copies in).
   resnet  ResNet-18 exported from torch and imported with `gc import` (bench.py's net), the same two ways.
-  zoo     tools/zoo.py's torchvision models (exported to ONNX once, cached under --cache), imported with
-          `gc import`, compiled for cuda with their weights and checked against ONNX Runtime's output, the
-          same two ways against the torchvision module in eager mode on the GPU (--zoo picks the models).
+  zoo     tools/zoo.py's models (exported to ONNX once, cached under --cache), imported with `gc import`,
+          compiled for cuda with their weights and checked against ONNX Runtime's output, the same two ways
+          against the torchvision or Hugging Face module in eager mode on the GPU (--zoo picks the models).
 Every number is the median of repeated samples; each framework's run is separate (one after the other in
 one process: unlike the CPU's thread pools, the GPU work of one does not run while the other is timed).
 """
@@ -182,8 +182,10 @@ def zoo_net(name: str, cache: Path, torch) -> dict:
     row["gc_device_ms"] = median_seconds(resident(model, {model.arg_names[0]: x}), model.device.sync) * 1e3
     p = model.profile(x, repeat=20, warmup=3)
     row["worst"] = [(r.name, ",".join(r.ops), r.schedule, round(r.us, 1), round(r.gflops, 1)) for r in p.top(3)]
-    tv = zoo.import_torchvision()
-    net = getattr(tv.models, name)(weights=None)
+    if name in zoo.TEXT:  # Hugging Face: the same module the export traced, its weights from the export
+        net = zoo.text_model(name)
+    else:
+        net = getattr(zoo.import_torchvision().models, name)(weights=None)
     net.load_state_dict(torch.load(d / "state.pt"))
     net = net.eval().cuda()
     xt = torch.from_numpy(x).cuda()
@@ -199,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--only", default="matmul,nets,resnet")
     ap.add_argument("--zoo", default="resnet50,mobilenet_v2,efficientnet_b0,shufflenet_v2_x1_0,squeezenet1_1,"
-                    "densenet121,vit_b_16", help="the zoo models --only zoo runs")
+                    "densenet121,vit_b_16,swin_t,bert,gpt2,distilbert", help="the zoo models --only zoo runs")
     ap.add_argument("--cache", default=str(Path.home() / ".cache" / "gc" / "zoo"), help="the zoo's exports")
     ap.add_argument("--json")
     args = ap.parse_args(argv)

@@ -5,12 +5,13 @@
 # graphviz unpacked from their wheels, without libtvm_compiler.so) and libtvm_compiler.so.xz, which the
 # device tool's 64 MiB limit cannot carry as a wheel. Logs go to $OUT (or ./gpu-out).
 #
-#   BUNDLE=.gpu OUT=/tmp/out [BENCH_ONLY=nets] bash tools/gpu_check.sh [tests,dynamic,cli,bench,suite]
+#   BUNDLE=.gpu OUT=/tmp/out [BENCH_ONLY=nets] [ZOO=bert,gpt2] bash tools/gpu_check.sh \
+#     [tests,dynamic,cli,streams,bench,zoo,suite]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
-STEPS=${1:-tests,cli,bench}
+STEPS=${1:-tests,cli,streams,bench}
 SITE=/tmp/gc-site
 log() { echo "== $* ($(date +%T))"; }
 
@@ -65,7 +66,12 @@ print('matches interp:', all(np.allclose(a[k], b[k], rtol=1e-3, atol=1e-4) for k
       echo "--- gc run $f --target cuda --profile 50"
       timeout 120 python3 -m compiler run "$f" --target cuda --random-inputs 0 --profile 50 --quiet 2>&1 | tail -25
     done
-    echo "--- streams: examples/inception.gir, whole calls, the plan's streams vs the same launches on one stream"
+  } 2>&1 | tee "$OUT/cli.log"
+fi
+
+if [[ $STEPS == *streams* ]]; then
+  log "streams: examples/inception.gir, whole calls, the plan's streams vs the same launches on one stream"
+  {
     timeout 180 python3 - <<'PY'
 import statistics, time, numpy as np, compiler
 from compiler.codegen.runtime import _getter
@@ -93,12 +99,19 @@ for label, kw in [("default plan", {}), ("--concurrent", {"concurrent": True})]:
     print(f"{label}: {streams} streams, 5 calls match interp: {all(ok)}; whole call median {multi:.1f} us "
           f"on the streams, {one:.1f} us on one stream")
 PY
-  } 2>&1 | tee "$OUT/cli.log"
+  } 2>&1 | tee "$OUT/streams.log"
 fi
 
 if [[ $STEPS == *bench* ]]; then
   log tools/bench_cuda.py
   timeout 300 python3 tools/bench_cuda.py --only "${BENCH_ONLY:-matmul,nets,resnet}" --json "$OUT/bench_cuda.json" 2>&1 | tee "$OUT/bench_cuda.log" | grep -v '^{' | tail -40
+fi
+
+if [[ $STEPS == *zoo* ]]; then
+  # exports each model there first (torchvision, transformers and onnxscript are in the lent image)
+  log "tools/bench_cuda.py --only zoo: ${ZOO:-every model}"
+  timeout "${ZOO_TIMEOUT:-400}" python3 tools/bench_cuda.py --only zoo ${ZOO:+--zoo "$ZOO"} \
+    --json "$OUT/bench_zoo.json" 2>&1 | tee "$OUT/bench_zoo.log" | grep -v '^{' | tail -40
 fi
 
 if [[ $STEPS == *suite* ]]; then

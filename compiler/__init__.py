@@ -11,9 +11,9 @@ import os
 from collections.abc import Mapping, Sequence
 
 from compiler.diagnostics import GCError
-from compiler.interpreter import run as _run
-from compiler.parser import parse as _parse
-from compiler.parser import parse_file as _parse_file
+
+# The parser, the interpreter and TVM load where first used: `import compiler` (and `gc`'s start, where
+# a Ctrl-C must already be an interrupt, not a traceback out of lark's imports) stays light.
 
 __version__ = "0.1.0"
 TARGETS = ("llvm", "cuda")
@@ -21,16 +21,21 @@ TARGETS = ("llvm", "cuda")
 
 def parse(text, filename: str = "<input>", **kwargs):
     """GIR text (str, or UTF-8 bytes) -> a verified Module."""
+    from compiler.parser import parse as _parse
+
     return _parse(_text(text, "parse"), _str(filename, "parse", "filename"), **kwargs)
 
 
 def parse_file(path):
     """A .gir file -> a verified Module."""
+    from compiler.parser import parse_file as _parse_file
+
     return _parse_file(_path(path, "parse_file"))
 
 
 def run(module, inputs, entry: str = "main"):
     """Run `entry` of a Module on the reference interpreter; inputs by argument name (a dict) or position."""
+    from compiler.interpreter import run as _run
     from compiler.ir import Module
 
     if not isinstance(module, Module):

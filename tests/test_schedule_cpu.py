@@ -6,6 +6,7 @@ compiled for the host and compared with an independent NumPy computation.
 
 from __future__ import annotations
 
+import math
 import re
 
 import numpy as np
@@ -18,6 +19,7 @@ tvm = pytest.importorskip("tvm")
 from tvm import te, tirx, topi  # noqa: E402
 
 from compiler.codegen import llvm_pipeline, schedule_cpu  # noqa: E402
+from compiler.codegen.build import signature  # noqa: E402
 from compiler.codegen.cpu_rules import matmul, rewrite  # noqa: E402
 from compiler.codegen.cpu_rules.common import lanes  # noqa: E402
 from compiler.codegen.target import llvm_target  # noqa: E402
@@ -44,8 +46,8 @@ def run(tensors: list, kind: str, *arrays: np.ndarray, constants: tuple = ()) ->
     packed = dict(scheduled.attrs.get("gc.prepack", {}))
     names = [str(t.op.name) for t in tensors[:-1]]
     arrays = tuple(schedule_cpu.prepack(a, str(packed[n])) if n in packed else a for n, a in zip(names, arrays))
-    for prm, a in zip(scheduled.params, arrays):
-        assert tuple(int(d) for d in prm.shape) == a.shape
+    for (shape, *_), a in zip(signature(scheduled), arrays):  # what the loader checks callers against
+        assert tuple(shape) == a.shape
     out_t = tensors[-1]
     out = aligned(np.zeros([int(d) for d in out_t.shape], str(out_t.dtype)))
     fn(*[aligned(a) for a in arrays], out)
@@ -116,6 +118,50 @@ def test_batched_matmul_broadcasts_batch_dims(batch_a: tuple, batch_b: tuple) ->
     out = te.compute((*batch, m, n), body, name="bmm")
     x, y = rand((*batch_a, m, k)), rand((*batch_b, k, n))
     got, rule = run([a, b, out], ANCHOR, x, y)
+    assert rule == "matmul"
+    np.testing.assert_allclose(got, np.matmul(x, y), rtol=1e-4, atol=1e-4)
+
+
+@settings(max_examples=30, deadline=None)
+@given(batch=st.lists(st.integers(1, 9), min_size=1, max_size=3), m=st.integers(1, 13), k=st.integers(1, 70),
+       n=st.integers(1, 40), residual=st.booleans())
+def test_batch_dims_beside_the_rows_of_a_shared_weight_become_rows(batch, m, k, n, residual) -> None:
+    """[.., M, K] @ [K, N] (Swin-T's [1, 7, 7, 768] @ [768, 3072]) is one matmul of prod(..) * M rows: the
+    kernel reads A, C and the residual as views of the same bytes, and its signature keeps their shapes."""
+    a, w, c = te.placeholder((*batch, m, k), name="a"), te.placeholder((k, n), name="w"), te.placeholder((n,), name="c")
+    r = te.reduce_axis((0, k), name="r")
+    mm = te.compute((*batch, m, n), lambda *i: te.sum(a[(*[0 if d == 1 else x for x, d in zip(i[:-2], batch)],
+                                                         i[-2], r)] * w[r, i[-1]], axis=r), name="matmul")
+    out = topi.add(mm, c)
+    x, y, z = rand((*batch, m, k)), rand((k, n)), rand((n,))
+    args, want = [a, w, c], x @ y + z
+    if residual:
+        res = te.placeholder((*batch, m, n), name="res")
+        out, args = topi.add(out, res), [*args, res]
+        v = rand((*batch, m, n))
+        want = want + v
+    prim = schedule_cpu.schedule(te.create_prim_func([*args, out]), ANCHOR, {"w"})
+    if m > 1:  # (one row per batch element: the last batch dim is the rows already, ViT's case)
+        # The batch dims just before the rows, all but unit ones (A reads those at 0: no longer side by side);
+        # k = 1, an outer product, stays as it is.
+        lead = len(batch)
+        while lead and batch[lead - 1] > 1 and k > 1:
+            lead -= 1
+        assert [int(d) for d in prim.params[0].shape] == [*batch[:lead], math.prod(batch[lead:]) * m, k]
+    got, rule = run([*args, out], ANCHOR, x, y, z, *([v] if residual else []), constants=("w",))
+    assert rule == "matmul"
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
+def test_batch_dims_a_shared_weight_indexes_stay_batches() -> None:
+    """[2, 3, M, K] @ [3, K, N]: B differs along the second batch dim, so neither batch dim becomes rows."""
+    a, w = te.placeholder((2, 3, 5, 8), name="a"), te.placeholder((3, 8, 6), name="w")
+    r = te.reduce_axis((0, 8), name="r")
+    out = te.compute((2, 3, 5, 6), lambda p, q, i, j: te.sum(a[p, q, i, r] * w[q, r, j], axis=r), name="bmm")
+    prim = schedule_cpu.schedule(te.create_prim_func([a, w, out]), ANCHOR)
+    assert [int(d) for d in prim.params[0].shape] == [2, 3, 5, 8] and "gc.views" not in prim.attrs
+    x, y = rand((2, 3, 5, 8)), rand((3, 8, 6))
+    got, rule = run([a, w, out], ANCHOR, x, y)
     assert rule == "matmul"
     np.testing.assert_allclose(got, np.matmul(x, y), rtol=1e-4, atol=1e-4)
 

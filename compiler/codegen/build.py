@@ -191,9 +191,12 @@ def signature(prim) -> list[list]:
     offsets are compiled in and strides alone do not tell [1, 1] from [0, 2]."""
     borders = prim.attrs.get("gc.borders") if prim.attrs is not None else None
     written = {int(k): [int(v) for v in pads] for k, pads in borders.items()} if borders else {}
+    # A compact parameter the kernel reads as another shape of the same bytes is passed as it is.
+    views = prim.attrs.get("gc.views") if prim.attrs is not None else None
+    shapes = {int(k): [int(d) for d in shape] for k, shape in views.items()} if views else {}
     out = []
     for i, p in enumerate(prim.params):
-        entry = [[int(d) for d in p.shape], next(str(d) for d in DType if d.tvm == str(p.dtype)),
+        entry = [shapes.get(i, [int(d) for d in p.shape]), next(str(d) for d in DType if d.tvm == str(p.dtype)),
                  [int(s) for s in p.strides] or None]
         if i in written:
             entry.append(layout.blocked_pads(written[i]) if len(p.shape) == 5 else written[i])

@@ -9,6 +9,8 @@ spatial loops in parallel over all cores, vectorize the innermost spatial loop.
 from __future__ import annotations
 
 import math
+import os
+import traceback
 from collections.abc import Callable, Collection, Mapping
 
 import numpy as np
@@ -77,9 +79,13 @@ def schedule(
             if rule(sch, ctx):
                 sch = block_params(sch, blocked)
                 done = _done(sch, name, relaxed, blocked, [by_name[n] for n in ctx.native], ctx.post)
+                if ctx.views:  # by position: the signature's shape of a parameter read as a view
+                    at = {str(q.name): i for i, q in enumerate(done.params)}
+                    done = done.with_attr("gc.views", {at[n]: shape for n, shape in ctx.views.items()})
                 return done.with_attr("gc.prepack", ctx.prepack) if ctx.prepack else done
         except Exception:  # noqa: BLE001 (a fast rule that does not fit must never fail the compile)
-            pass
+            if os.environ.get("GC_DEBUG_RULES"):
+                traceback.print_exc()
     sch = Schedule(prim)
     try:
         sch = block_params(sch, blocked)

@@ -28,6 +28,8 @@ class Context:
     gather along the channels, no pack, no transposing write-back).
     post: filled by the rule with rewrites of the scheduled function that no schedule primitive
     expresses (the matmul rule's padded rows reading A's last row again), applied in order after it.
+    views: filled by a rule that reads a compact parameter as another shape of the same bytes (the matmul
+    rule's batch dims merged into rows): name -> the shape the caller passes, which the signature keeps.
     """
 
     constants: frozenset[str] = frozenset()
@@ -35,6 +37,7 @@ class Context:
     blocked: dict[str, int] = field(default_factory=dict)
     native: set[str] = field(default_factory=set)
     post: list[Callable[[tirx.PrimFunc], tirx.PrimFunc]] = field(default_factory=list)
+    views: dict[str, list[int]] = field(default_factory=dict)
 
     def block_of(self, sch: s_tir.Schedule, buf) -> int:
         """The block width of the parameter `buf` (a buffer of the function) if it is stored blocked, else 0."""

@@ -166,6 +166,28 @@ def test_batch_dims_a_shared_weight_indexes_stay_batches() -> None:
     np.testing.assert_allclose(got, np.matmul(x, y), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("vector_bytes, registers, l2", [(32, 16, 512 << 10), (64, 32, 1 << 20), (64, 32, 2 << 20)],
+                         ids=["zen3", "zen4", "sapphire-rapids"])
+def test_kout_tasks_take_k_in_chunks_whose_block_of_b_fits_half_the_l2(monkeypatch, vector_bytes, registers, l2) -> None:
+    """Fewer k chunks are faster (each reloads the C tile and restarts the nest), up to what half the
+    host's L2 holds of a task's panels of B: derived from the host, not one machine's constant."""
+    from compiler.codegen.cpu_rules import common
+    from compiler.codegen.target import Cpu
+
+    host = Cpu("test", vector_bytes, registers, 32 << 10, l2, 2)
+    monkeypatch.setattr(matmul, "cpu", lambda: host)
+    monkeypatch.setattr(common, "cpu", lambda: host)
+    for m, k, n in [(128, 768, 2304), (128, 3072, 768), (49, 768, 3072), (64, 784, 1024), (100, 9000, 64)]:
+        e = matmul.Einsum("c", [], 0, 1, 2, [m, n, k], None, [2, 1], "float32")
+        p = matmul.plan(e)
+        assert p.order == "kout" and k <= p.kp < k + p.kt and p.kp % p.kt == 0
+        block = p.kt * matmul.KOUT_NT * p.ni * 4
+        assert block <= l2, (m, k, n, p)  # the whole block in L2
+        if k * matmul.KOUT_NT * p.ni * 4 <= l2 // 2:
+            assert p.kt == k  # one chunk where all of K fits
+        assert p.kt >= min(k, 128)
+
+
 def test_one_row_against_transposed_weights_is_dot_products() -> None:
     a, w, c = te.placeholder((1, 96), name="a"), te.placeholder((40, 96), name="w"), te.placeholder((40,), name="c")
     x, y, z = rand((1, 96)), rand((40, 96)), rand((40,))

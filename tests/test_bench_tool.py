@@ -4,6 +4,7 @@ the frameworks taking turns first from round to round."""
 from __future__ import annotations
 
 import importlib.util
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -83,3 +84,22 @@ def test_the_zoo_measures_the_fma_peak_with_a_loop_compiled_for_this_cpu(monkeyp
     spec.loader.exec_module(zoo)
     monkeypatch.setattr(zoo, "FMA_LOOP", 100_000)
     assert zoo.fma_peak(2) > 0
+
+
+def test_the_zoo_exports_with_the_torchscript_exporter_into_a_cache_of_its_own(monkeypatch, tmp_path) -> None:
+    """`tools/zoo.py --exporter torchscript`: the same models through torch's older exporter (issue 17 asks
+    for both), cached apart so that the two exports of a model never mix."""
+    spec = importlib.util.spec_from_file_location("zoo", ROOT / "tools" / "zoo.py")
+    zoo = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(zoo)
+    seen = []
+
+    def prepare(name, cache, dynamo=True):
+        seen.append((name, Path(cache), dynamo))
+        raise RuntimeError("not exported in this test")
+
+    monkeypatch.setattr(zoo, "prepare", prepare)
+    for exporter, where, dynamo in [("torchscript", tmp_path / "torchscript", False), ("dynamo", tmp_path, True)]:
+        seen.clear()
+        assert zoo.main(["--only", "bert", "--rounds", "1", "--cache", str(tmp_path), "--exporter", exporter]) == 0
+        assert seen == [("bert", where, dynamo)]

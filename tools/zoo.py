@@ -8,7 +8,8 @@ Each model is built with random seeded weights (no downloads), its BatchNorm sta
 training-mode pass over seeded images and any all-zero Linear layer redrawn (random init otherwise
 gives outputs of 1e-9 or all zeros, which check nothing); the transformers (BERT-base, GPT-2, DistilBERT)
 from their default configs, on 128 seeded token ids, returning the last hidden state. Each is exported
-with torch.onnx (opset 18), imported
+with torch.onnx (opset 18; the dynamo exporter, or with `--exporter torchscript` the TorchScript one, whose
+exports are cached apart; GPT-2 does not export that way, torch lacking aten::diff), imported
 with `gc import` and compiled with `gc compile --params` (the seconds that takes are reported). Then
 per round each framework runs in a process of its own (their thread pools fight when they share one):
 gc on the artifact, ONNX Runtime on the .onnx (all graph optimizations), torch eager on the model; every
@@ -36,6 +37,7 @@ import sys
 import tempfile
 import time
 import traceback
+import warnings
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -124,8 +126,9 @@ def build(name: str):
     return model, x
 
 
-def prepare(name: str, cache: Path) -> dict:
-    """Export `name` once (cached): model.onnx, its input, the reference output, the state for torch."""
+def prepare(name: str, cache: Path, dynamo: bool = True) -> dict:
+    """Export `name` once (cached): model.onnx, its input, the reference output, the state for torch.
+    `dynamo=False`: torch's TorchScript exporter (deprecated, but what older exports were made with)."""
     d = cache / name
     done = d / "reference.npy"
     if not done.exists():
@@ -134,8 +137,10 @@ def prepare(name: str, cache: Path) -> dict:
 
         d.mkdir(parents=True, exist_ok=True)
         model, x = build(name)
-        torch.onnx.export(model, (x,), str(d / "model.onnx"), opset_version=OPSET, input_names=["x"],
-                          output_names=["y"], dynamo=True, external_data=False)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation
+            torch.onnx.export(model, (x,), str(d / "model.onnx"), opset_version=OPSET, input_names=["x"],
+                              output_names=["y"], dynamo=dynamo, **({"external_data": False} if dynamo else {}))
         np.save(d / "input.npy", x.numpy())
         torch.save(model.state_dict(), d / "state.pt")
         opts = ort.SessionOptions()
@@ -382,6 +387,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true", help="also gc's eight slowest kernels of each model")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--cache", default=str(Path.home() / ".cache" / "gc" / "zoo"))
+    p.add_argument("--exporter", choices=["dynamo", "torchscript"], default="dynamo",
+                   help="torch.onnx.export's exporter (torchscript: dynamo=False; exports cached apart)")
     p.add_argument("--worker", nargs=3, help=argparse.SUPPRESS)  # framework, model, result path
     args = p.parse_args(argv)
     if args.worker:
@@ -392,13 +399,13 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         p.error(f"--only: unknown model {unknown[0]!r}; choose from {', '.join(MODELS)}")
-    cache = Path(args.cache)
+    cache = Path(args.cache) / ("torchscript" if args.exporter == "torchscript" else "")
     load = os.getloadavg()[0]
     models = []
     for n in names:
         print(f"zoo: preparing {n}", file=sys.stderr, flush=True)
         try:
-            m = prepare(n, cache)
+            m = prepare(n, cache, dynamo=args.exporter == "dynamo")
             import_and_compile(m)
         except Exception as e:  # noqa: BLE001 (one model failing must not stop the others)
             traceback.print_exc()

@@ -399,7 +399,9 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [n for n in names if n not in MODELS]
     if unknown:
         p.error(f"--only: unknown model {unknown[0]!r}; choose from {', '.join(MODELS)}")
-    cache = Path(args.cache) / ("torchscript" if args.exporter == "torchscript" else "")
+    cache = Path(args.cache)
+    if args.exporter == "torchscript":  # its exports beside the dynamo ones, never mixed with them
+        cache = cache / "torchscript"
     load = os.getloadavg()[0]
     models = []
     for n in names:

@@ -332,20 +332,19 @@ def _merge_rows(sch: s_tir.Schedule, e: Einsum, ctx: Context) -> bool:
             if name in ctx.blocked or list(buf.strides) or name in ctx.constants:
                 return False
             originals[name] = [int(d) for d in buf.shape]
-    n, ext = len(run), e.ext
+    n = len(run)
+
+    def flat(parts, sizes):  # row-major: the merged index of `parts` in dims of `sizes`
+        head = parts[0]
+        for x, d in zip(parts[1:], sizes[1:]):
+            head = head * d + x
+        return head
 
     def view(at: int, shape: list[int]):
-        def index(*idx):
-            head = idx[at]
-            for x, d in zip(idx[at + 1 : at + n], shape[at + 1 : at + n]):
-                head = head * d + x
-            return (*idx[:at], head, *idx[at + n :])
-        return index
+        return lambda *idx: (*idx[:at], flat(idx[at : at + n], shape[at : at + n]), *idx[at + n :])
 
     def iters(*ivs):
-        head = ivs[run[0]]
-        for q in run[1:]:
-            head = head * ext[q] + ivs[q]
+        head = flat([ivs[q] for q in run], [e.ext[q] for q in run])
         return tuple(head if p == run[-1] else ivs[p] for p in range(len(ivs)) if p not in run[:-1])
 
     for buf, at in views:

@@ -39,7 +39,9 @@ PIPELINES = {
     "compile-cuda": _COMPILE,
     # The CPU's conv rule tiles output channels in vectors: a conv of 58 channels computes 64 (pad-channels);
     # 3x3 stride-1 convs of bound weights run as Winograd transforms around a batched matmul.
-    "compile-llvm": _COMPILE.replace(",dce,fuse", ",pad-channels,winograd,dce,fuse"),
+    # Concats that share their first operands (DenseNet's blocks) stay ops of their own: plan-memory lays
+    # them out as prefixes of one buffer, and they run no kernel.
+    "compile-llvm": _COMPILE.replace(",dce,fuse", ",pad-channels,winograd,dce,fuse{concat-chains=true}"),
 }
 OPT_LEVELS = ("O0", "O1", "O2")
 NAMED_PIPELINES = {level: PIPELINES[level] for level in OPT_LEVELS}  # what -O names

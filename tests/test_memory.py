@@ -901,3 +901,79 @@ def test_a_lone_ops_constants_enter_its_kernel_in_operand_order() -> None:
         kernel = next(f for f in p.funcs.values() if f.attrs.get("kernel"))
         consts = [op.result.type.shape for op in kernel.ops if op.kind == "constant"]
         assert consts == [(4, 8, 1, 1), (4,)], consts
+
+
+CHAIN = """
+// A dense block: each concat's operands begin the next one's (the test's _chain varies the third
+// concat's operands and what reads the first).
+func @main(%x: tensor<1x16x8x8xf32>, %w1: tensor<16x16x1x1xf32>, %w2: tensor<16x32x1x1xf32>,
+           %w3: tensor<16x48x1x1xf32>) -> tensor<1x16x8x8xf32> {
+  %x0 = graph.relu(%x)
+  %y1 = graph.conv2d(%x0, %w1)
+  %c1 = graph.concat(%x0, %y1) {axis = 1}
+  %r1 = graph.relu(%c1)
+  %y2 = graph.conv2d(%r1, %w2)
+  %c2 = graph.concat(%x0, %y1, %y2) {axis = 1}
+  %r2 = graph.relu(%c2)
+  %y3 = graph.conv2d(%r2, %w3)
+  %c3 = graph.concat(%x0, %y1, THIRD) {axis = 1}
+  %r3 = graph.sigmoid(%c3)
+  %z = graph.reduce_mean(%r3) {axes = [1], keepdims = true}
+  %y = graph.mul(%y3, %z)
+  LATE
+  return %out
+}
+"""
+
+
+def _chain(third: str = "%y2, %y3", late: bool = False) -> str:
+    text = CHAIN.replace("THIRD", third)
+    if late:  # the first concat read again after the last one
+        return text.replace("LATE", "%m = graph.reduce_max(%c1) {axes = [1], keepdims = true}\n  %out = graph.add(%y, %m)")
+    return text.replace("LATE", "%out = graph.relu(%y)")
+
+
+@pytest.mark.parametrize("late", [False, True])
+def test_a_chain_of_concats_lies_in_one_buffer_and_runs_no_kernel(late: bool) -> None:
+    """fuse{concat-chains} leaves [x0, y1], [x0, y1, y2], [x0, y1, y2, y3] unfused; plan-memory puts every
+    operand at its offset in the last one's bytes and each concat at offset 0 of them, none runs, the
+    checker accepts the first concat read after the last (no byte changed), and values are the
+    interpreter's, planned and compiled."""
+    text = _chain(late=late)
+    m = parse(text)
+    inputs = random_inputs(m["main"], 0, m)
+    expected = run(m, inputs)
+    p = parse(text)
+    run_pipeline(p, "fuse{concat-chains=true},plan-memory{concat-views=true}")
+    f = p["main"]
+    at = {op.results[0].name: (op.operands[-1].owner.offset, op.results[0].type.nbytes) for op in f.ops
+          if op.name == "exec.launch" and op.operands[-1].owner.name == "mem.view"}
+    c1, c2, c3 = at["c1"], at["c2"], at["c3"]
+    assert c1[0] == c2[0] == c3[0] == at["x0"][0] and c1[1] < c2[1] < c3[1]
+    assert [at[v][0] - c3[0] for v in ("x0", "y1", "y2", "y3")] == [0, 4096, 8192, 12288]
+    assert sorted(op.kernel.name for op in copies_nothing(p, f)) == ["concat", "concat_1", "concat_2"]
+    check_plan(p, f)
+    for want, got in zip(expected, run(p, inputs)):
+        close(want, got)
+    stats = plan_stats(f)
+    assert stats["arena_bytes"] <= 1.05 * stats["lower_bound_bytes"]
+    model = compiler.compile(text, "llvm", cache=False)
+    assert not any("concat" in c.ops for c in model.plan.steps if c.kernel)
+    assert_outputs(model(**inputs), expected, rtol=2e-5, atol=2e-5 * max(float(np.abs(w).max()) for w in expected))
+
+
+def test_concats_extending_one_prefix_two_ways_share_no_buffer() -> None:
+    """[x0, y1] begins both [x0, y1, y2] and [x0, y1, y3]: no one buffer holds both, so neither chain is
+    laid out (each concat copies), and the values are the interpreter's."""
+    text = _chain(third="%y3")
+    m = parse(text)
+    inputs = random_inputs(m["main"], 0, m)
+    expected = run(m, inputs)
+    p = parse(text)
+    run_pipeline(p, "fuse{concat-chains=true},plan-memory{concat-views=true}")
+    check_plan(p, p["main"])
+    assert not copies_nothing(p, p["main"])
+    for want, got in zip(expected, run(p, inputs)):
+        close(want, got)
+    model = compiler.compile(text, "llvm", cache=False)
+    assert_outputs(model(**inputs), expected, rtol=2e-5, atol=2e-5 * max(float(np.abs(w).max()) for w in expected))

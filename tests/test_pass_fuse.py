@@ -337,3 +337,31 @@ def test_a_scalar_constant_read_by_several_kernels_is_copied_into_each() -> None
     model = compiler.compile(SHARED_SCALAR, "llvm", cache=False)
     assert "T.pow(" not in "".join(f.script() for f in model.scheduled.functions.values())
     np.testing.assert_allclose(model(**xs)[0], before[0], rtol=1e-5, atol=1e-5)
+
+
+def test_concat_chains_stay_unfused_and_other_concats_fuse() -> None:
+    """fuse{concat-chains=true}: concats whose operands begin another's (or begin with its) join no group;
+    a concat sharing no prefix still fuses with its reader; without the option, all fuse."""
+    text = """func @main(%a: tensor<1x8x4x4xf32>, %b: tensor<1x8x4x4xf32>, %c: tensor<1x8x4x4xf32>)
+    -> (tensor<1x16x4x4xf32>, tensor<1x24x4x4xf32>, tensor<1x16x4x4xf32>) {
+  %x = graph.relu(%a)
+  %y = graph.relu(%b)
+  %z = graph.relu(%c)
+  %c1 = graph.concat(%x, %y) {axis = 1}
+  %r1 = graph.sigmoid(%c1)
+  %c2 = graph.concat(%x, %y, %z) {axis = 1}
+  %r2 = graph.sigmoid(%c2)
+  %lone = graph.concat(%z, %x) {axis = 1}
+  %r3 = graph.tanh(%lone)
+  return %r1, %r2, %r3
+}"""
+    m = parse(text)
+    inputs = random_inputs(m["main"], 0, m)
+    expected = run(m, inputs)
+    for chains, unfused in ((True, 2), (False, 0)):
+        p = parse(text)
+        run_pipeline(p, f"fuse{{concat-chains={str(chains).lower()}}}")
+        assert sum(op.name == "graph.concat" for op in p["main"].ops) == unfused
+        inside = [op for f in p if f.attrs.get("kernel") for op in f.ops if op.name == "graph.concat"]
+        assert len(inside) == 3 - unfused
+        assert_outputs(run(p, inputs), expected, rtol=1e-6, atol=1e-6)

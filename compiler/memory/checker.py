@@ -74,8 +74,12 @@ def _check(module: Module, f: Func) -> list[str]:
                     problems.append(f"{_at(op)}: writes bytes [{lo}, {hi}) over its own input %{v.name or '?'} "
                                     f"[{a}, {b}), which a kernel may do only where it reads that input element "
                                     "for element")
+            # A concat whose operands all lie in its bytes writes what they hold already: it changes no byte.
+            unchanged = bool(ins) and all(v in where and _at_its_place(module, op, k, where[v][0] - lo,
+                                                                       where[v][1] - where[v][0])
+                                          for k, v in enumerate(ins))
             for v, (a, b) in list(where.items()):
-                if v is d or v is r or not (a < hi and lo < b) or v not in written:
+                if unchanged or v is d or v is r or not (a < hi and lo < b) or v not in written:
                     continue
                 if v not in clobbered:
                     clobbered[v] = op

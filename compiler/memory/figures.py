@@ -55,7 +55,7 @@ def _join(blocks: dict[Value, Block], r: Value, d: Value, ins: list[Value], wher
     where[r] = where[d]
     end = max(i, last.get(r, i))
     donor = next((v for v in ins if v in blocks and where.get(v) == where[d] and last.get(v) == i), None)
-    if len(ins) > 1 and _tiled(ins, where, where[d], blocks, last, i):  # a concat's operands in its bytes
+    if len(ins) > 1 and _tiled(ins, where, where[d], blocks):  # a concat's operands in its bytes
         b = blocks[ins[0]]
         others = {id(blocks[v]) for v in ins[1:]} - {id(b)}
         b.size, b.start, b.end = max(b.size, size), min(blocks[v].start for v in ins), max(b.end, end)
@@ -70,11 +70,12 @@ def _join(blocks: dict[Value, Block], r: Value, d: Value, ins: list[Value], wher
     blocks[r] = b
 
 
-def _tiled(ins: list[Value], where: dict, span, blocks: dict, last: dict, step: int) -> bool:
-    """The inputs lie end to end exactly over `span` and die at `step`: one buffer with the output."""
+def _tiled(ins: list[Value], where: dict, span, blocks: dict) -> bool:
+    """The inputs lie end to end exactly over `span`: one buffer with the output (alive or not after it: a
+    chain of concats, each a prefix of the next, shares its operands with all of them)."""
     spans = [where.get(v) for v in ins]
     if not ins or not isinstance(span, tuple) or not all(isinstance(s, tuple) for s in spans):
         return False
     ends = [span[0]] + [s[1] for s in spans]
     return (all(s[0] == e for s, e in zip(spans, ends)) and ends[-1] == span[1]
-            and all(v in blocks and last.get(v) == step for v in ins))
+            and all(v in blocks for v in ins))

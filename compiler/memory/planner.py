@@ -64,9 +64,10 @@ def plan_function(module: Module, f: Func, align: int, in_place: InPlace, concur
     parts = concat_parts(module, f, steps, life, align, borders) if concat_views else {}
     # A concat's bytes are live from the first of its operands' writes (they write into them).
     place_of = {v: concat_place(v, parts) for v in parts}
-    first = {}
+    first, last = {}, {}
     for v, (root, _) in place_of.items():
         first[root] = min(first.get(root, life[root].start), life[v].start)
+        last[root] = max(last.get(root, life[root].end), life[v].end)  # (a chain's prefixes and shared operands)
     # Storage blocks: one per tensor, except that an in-place output joins its input's block, and a
     # concat's operands lie in the concat's.
     block_of: dict[Value, Block] = {}
@@ -75,7 +76,7 @@ def plan_function(module: Module, f: Func, align: int, in_place: InPlace, concur
         if lt.value in parts:
             continue
         if lt.value in first:
-            block_of[lt.value] = Block(lt.size, first[lt.value], lt.end, members=[lt.value])
+            block_of[lt.value] = Block(lt.size, first[lt.value], last[lt.value], members=[lt.value])
             continue
         donor = (in_place_donor(module, lt.value.owner, life, block_of, order, in_place.epilogues, borders)
                  if in_place.elementwise else None)

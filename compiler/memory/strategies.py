@@ -50,25 +50,47 @@ class InPlace:
 
 def concat_parts(module: Module, f: Func, steps: list[Op], life: dict, align: int,
                   borders: dict[Value, tuple[int, ...]]) -> dict[Value, tuple[Value, int]]:
-    """Operand -> (the concat's result, its byte offset there) for every concat whose producers may write
-    straight into its bytes: a lone op whose result is its operands end to end (`operand_offsets`), its
-    result an arena intermediate without a border, each operand distinct, written by a kernel, read by
-    this concat alone, without a border and at an aligned offset."""
+    """Value -> (the concat's result whose bytes it lies in, its byte offset there), for every concat whose
+    producers may write straight into its bytes: a lone op whose result is its operands end to end
+    (`operand_offsets`), its result an arena intermediate without a border, each operand distinct,
+    written by a kernel, without a border and at an aligned offset, and read by this concat alone.
+
+    A chain of concats each of whose operands begin the next one's (DenseNet's dense blocks: [x0, y1],
+    [x0, y1, y2], ...; fuse's `concat-chains` leaves them unfused) lies in the last one's bytes: every
+    operand at its offset there, every earlier concat a prefix at offset 0. None of them runs a kernel.
+    Their operands may have other readers (they read it there), and their bytes stay live until the last
+    of their members' reads (`planner`)."""
     uses = f.users()
     returned = set(f.results) | set(borders)
-    out: dict[Value, tuple[Value, int]] = {}
+    joins: dict[Op, list[int]] = {}
     for call in steps:
-        if not isinstance(call, Call) or len(call.results) != 1 or call.result not in life or call.result in borders:
+        if not isinstance(call, Call) or len(call.results) != 1 or call.result not in life or call.result in returned:
             continue
         op = lone_op(module[call.callee.name])  # (its operands are the kernel's arguments, in order)
         offsets = op.operand_offsets() if op is not None else None
         if offsets is None or len(set(call.operands)) != len(call.operands) or any(o % align for o in offsets):
             continue
-        if all(u in life and u not in returned and isinstance(u.owner, Call) and len(uses.get(u, [])) == 1
-               for u in call.operands):
-            for u, o in zip(call.operands, offsets):
-                out[u] = (call.result, o)
+        joins[call] = offsets
+    longer = {c: [d for d in joins if _begins(c.operands, d.operands)] for c in joins}
+    out: dict[Value, tuple[Value, int]] = {}
+    for root, offsets in joins.items():
+        if longer[root]:
+            continue
+        members = [c for c in joins if _begins(c.operands, root.operands)]
+        if any(d is not root and d not in members for c in members for d in longer[c]):
+            continue  # two chains share a prefix: no one buffer holds both
+        alone = not members
+        if all(u in life and u not in returned and isinstance(u.owner, Call)
+               and (not alone or len(uses.get(u, [])) == 1) for u in root.operands):
+            for u, o in zip(root.operands, offsets):
+                out[u] = (root.result, o)
+            for c in members:
+                out[c.result] = (root.result, 0)
     return out
+
+
+def _begins(short: list[Value], long: list[Value]) -> bool:
+    return len(short) < len(long) and all(x is y for x, y in zip(short, long))
 
 
 def concat_place(v: Value, parts: dict[Value, tuple[Value, int]]) -> tuple[Value, int]:

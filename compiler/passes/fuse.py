@@ -88,8 +88,13 @@ class Fuse(Pass):
     summary = "fuse ops into kernels by kind: matmul/conv + epilogue, reduction + prologue, elementwise chains"
     max_ops: int = field(default=16, metadata={"help": "the most ops one kernel holds (constants not counted)"})
     kinds: tuple[str, ...] = field(default=FUSABLE, metadata={"help": "the op kinds that may fuse (default: all)"})
+    concat_chains: bool = field(default=False, metadata={
+        "help": "leave unfused the ops whose result is their operands end to end (concats) where another such "
+                "op's operands begin with theirs, or theirs with its: one buffer can then hold them all "
+                "(plan-memory's concat-views; DenseNet's dense blocks)"})
 
     def __post_init__(self) -> None:
+        self._chained: set[Op] = set()
         unknown = [k for k in self.kinds if k not in FUSABLE]
         if unknown:
             raise GCError(f"pass 'fuse': unknown kind '{unknown[0]}' (kinds: {', '.join(FUSABLE)})")
@@ -114,12 +119,13 @@ class Fuse(Pass):
 
     def kind(self, op: Op | None) -> str:
         """The op's kind if it may fuse; a multi-result op (split) is opaque: a kernel has one result."""
-        if op is None or op.kind not in self.kinds or len(op.results) != 1:
+        if op is None or op.kind not in self.kinds or len(op.results) != 1 or op in self._chained:
             return "opaque"
         return op.kind
 
     def groups(self, f: Func) -> list[Group]:
         """Partition the fusable ops of `f` into groups, by the three phases above."""
+        self._chained = chained_concats(f) if self.concat_chains else set()
         uses = f.users()
         home: dict[Op, Group] = {}
         pos = {op: i for i, op in enumerate(f.ops)}
@@ -210,6 +216,29 @@ class Fuse(Pass):
             if all(all(u in inside for u, _ in uses.get(m.result, [])) for m in [*g.members, *run[:-1]]):
                 return run
         return []
+
+
+def chained_concats(f: Func) -> set[Op]:
+    """The ops of `f` whose result is their operands end to end (`operand_offsets`: a concat of one image)
+    and whose operands begin another such op's of the same class and attributes, or begin with its: a
+    DenseNet block concatenates [x0, y1], then [x0, y1, y2], ... Left as ops of their own, all of them can
+    lie in the last one's bytes, each a prefix, every operand written there by its producer, and none runs
+    a kernel (compiler/memory/strategies.concat_parts); fused into their readers, each was a kernel
+    choosing among all its operands per channel (DenseNet-121: 57 such, most of its LLVM time)."""
+    joins = [op for op in f.ops if len(op.results) == 1 and len(op.operands) > 1 and op.operand_offsets() is not None]
+    by_first: dict[tuple, list[Op]] = {}
+    for op in joins:
+        by_first.setdefault((type(op), repr(sorted(op.attrs.items())), op.operands[0]), []).append(op)
+    out: set[Op] = set()
+    for ops in by_first.values():
+        for a in ops:
+            if any(_begins(a.operands, b.operands) or _begins(b.operands, a.operands) for b in ops):
+                out.add(a)
+    return out
+
+
+def _begins(short: list[Value], long: list[Value]) -> bool:
+    return len(short) < len(long) and all(x is y for x, y in zip(short, long))
 
 
 def _swaps_last_two(op: Op | None) -> bool:

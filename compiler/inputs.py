@@ -189,7 +189,10 @@ def _random_arg(a: Value, t: TensorType, uses, rng: np.random.Generator) -> np.n
         hook = getattr(op, "input_range", None) if op is not None else None
         r = hook(i) if hook else None
         if r is not None and known(r[0]) and known(r[1]):  # a bound of a `?` size is no bound here
-            lo_hi = r if lo_hi is None else (max(lo_hi[0], r[0]), min(lo_hi[1], r[1]))
+            both = r if lo_hi is None else (max(lo_hi[0], r[0]), min(lo_hi[1], r[1]))
+            # Uses whose ranges do not meet (asin's [-0.9, 0.9], acosh's [1.1, 3]): the first use's; the
+            # other op gives NaN there, as it would on such an input.
+            lo_hi = both if both[0] <= both[1] else lo_hi
         scale = min(scale, _fan_in_scale(op, i, t.shape))
     dt = t.dtype
     if dt.is_bool:

@@ -41,7 +41,8 @@ PIPELINES = {
     # 3x3 stride-1 convs of bound weights run as Winograd transforms around a batched matmul.
     # Concats that share their first operands (DenseNet's blocks) stay ops of their own: plan-memory lays
     # them out as prefixes of one buffer, and they run no kernel.
-    "compile-llvm": _COMPILE.replace(",dce,fuse", ",pad-channels,winograd,dce,fuse{concat-chains=true}"),
+    # Strided 1x1 convs read a compact copy of the pixels they use (subsample).
+    "compile-llvm": _COMPILE.replace(",dce,fuse", ",pad-channels,winograd,subsample,dce,fuse{concat-chains=true}"),
 }
 OPT_LEVELS = ("O0", "O1", "O2")
 NAMED_PIPELINES = {level: PIPELINES[level] for level in OPT_LEVELS}  # what -O names

@@ -561,6 +561,24 @@ def test_conv2d_row_tile_sizes() -> None:
     assert tile(11, 8, 8) == (8, 11) and tile(9, 16, 16) == (16, 9) and tile(3, 32, 16) == (32, 3)
 
 
+def test_conv2d_rows_go_outermost_where_the_input_outweighs_the_weights() -> None:
+    """Row tiles: rows outermost (every output-channel block over a row) where the input is the larger
+    operand and the weights fit in half the L2; output-channel blocks outermost where the weights are the
+    larger or do not fit. Host-free: the shapes are far from either bound on any L2 of 64 KiB to 8 MiB."""
+    from tvm import tirx
+
+    from compiler.codegen.cpu_rules.conv2d import Conv, rows_outer
+
+    def conv(c, h, o, k):
+        x = tirx.decl_buffer((1, c, h, h), "float32")
+        w = tirx.decl_buffer((o, c, k, k), "float32")
+        return Conv("conv", x, w, [1, o, h, h, c, k, k], "float32")
+
+    assert rows_outer(conv(16, 58, 32, 3))  # 215 KB of input, 18 KB of weights: MobileNet-like
+    assert not rows_outer(conv(1024, 14, 2048, 1))  # 8 MB of weights
+    assert not rows_outer(conv(32, 8, 512, 3))  # 8 KB of input, 590 KB of weights
+
+
 def test_conv2d_flat_tiles_need_parallel_work_for_every_core(monkeypatch) -> None:
     """A short last tile keeps the parallel loop to (images, output-channel blocks): with fewer than two
     of those a core, maps of 4k pixels take whole 4-pixel tiles, in parallel over every tile."""

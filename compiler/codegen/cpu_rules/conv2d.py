@@ -223,9 +223,10 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
         sch.reverse_compute_at(out, par)
         sch.annotate(wo, "pragma_loop_partition_hint", 1)
     else:
-        sch.reorder(i_n, oo, *rows, wo, co, r_h, r_w, cc, wi, oi)
+        outer = [i_n, *rows, oo] if rows and rows_outer(c) else [i_n, oo, *(rows or [wo])]
+        sch.reorder(*outer, *([wo] if rows else []), co, r_h, r_w, cc, wi, oi)
         sch.reverse_compute_at(out, wo)
-        par = sch.fuse(i_n, oo, *(rows or [wo]))  # rows in parallel; flat: every tile
+        par = sch.fuse(*outer)  # rows in parallel; flat: every tile
     sch.parallel(par)
     sch.vectorize(oi)
     sch.unroll(wi)
@@ -259,6 +260,23 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     if wp is not None:
         _weightpack_loops(sch, wp, ob, cb, o * ci * kh * kw >= PARALLEL_PACK)
     return True
+
+
+def rows_outer(c: Conv) -> bool:
+    """Whether the parallel tasks take rows of the map outermost, each running every block of output
+    channels over its row, rather than a block of output channels sweeping the whole map. Each order
+    streams one operand once and reads the other again per task: the output-channel order reads the
+    input again per block, from L3 or memory once it outgrows the L2; the row order reads the weights
+    again per row, from L2 where they fit. Rows go outermost where the input is the larger and the
+    weights fit in half the L2. Whole calls on Zen 3, in turns (two runs each): ResNet-50 0.90x, 0.93x;
+    DenseNet-121 0.85x, 0.99x; EfficientNet-B0 0.92x, 0.98x; SqueezeNet 0.91x; MobileNetV2 0.99x; the
+    most where the host's memory is busiest (DenseNet's 0.85x in a minute its calls took 52-62 ms, 0.99x
+    at 40 ms)."""
+    n, o, oh, ow, ci, kh, kw = c.ext
+    itemsize = 2 if "16" in c.dtype else 4
+    inputs = ci * int(c.x_buf.shape[2]) * int(c.x_buf.shape[3]) * itemsize  # (NCHW here, padded or not)
+    weights = o * ci * kh * kw * itemsize
+    return inputs > weights and weights <= cpu().l2 // 2
 
 
 def _pixel_tile(sch: s_tir.Schedule, conv, out, pad, vl: int, vectors: int) -> None:

@@ -202,6 +202,12 @@ def more_elements(a: tuple, b: tuple) -> bool:
     return len(a) > len(b) or any(d == 1 and not e == 1 for d, e in zip(b[::-1], a[::-1]))
 
 
+def begins(short, long) -> bool:
+    """Whether the values `short` are the first of `long`, and fewer (one concat's operands beginning a
+    longer one's: fuse's concat chains and the memory stage's)."""
+    return len(short) < len(long) and all(x is y for x, y in zip(short, long))
+
+
 def static(shape) -> bool:
     """Whether every dimension of `shape` is a size."""
     return all(known(d) for d in shape)

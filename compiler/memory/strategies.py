@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.ir import Func, Module, Op, Value
+from compiler.ir import Func, Module, Op, Value, begins
 from compiler.memory.placement import Block
 from compiler.memory.rules import lone_op, writes_in_place_over
 from dialects.graph.creation import Call
@@ -71,12 +71,12 @@ def concat_parts(module: Module, f: Func, steps: list[Op], life: dict, align: in
         if offsets is None or len(set(call.operands)) != len(call.operands) or any(o % align for o in offsets):
             continue
         joins[call] = offsets
-    longer = {c: [d for d in joins if _begins(c.operands, d.operands)] for c in joins}
+    longer = {c: [d for d in joins if begins(c.operands, d.operands)] for c in joins}
     out: dict[Value, tuple[Value, int]] = {}
     for root, offsets in joins.items():
         if longer[root]:
             continue
-        members = [c for c in joins if _begins(c.operands, root.operands)]
+        members = [c for c in joins if begins(c.operands, root.operands)]
         if any(d is not root and d not in members for c in members for d in longer[c]):
             continue  # two chains share a prefix: no one buffer holds both
         alone = not members
@@ -88,9 +88,6 @@ def concat_parts(module: Module, f: Func, steps: list[Op], life: dict, align: in
                 out[c.result] = (root.result, 0)
     return out
 
-
-def _begins(short: list[Value], long: list[Value]) -> bool:
-    return len(short) < len(long) and all(x is y for x, y in zip(short, long))
 
 
 def concat_place(v: Value, parts: dict[Value, tuple[Value, int]]) -> tuple[Value, int]:

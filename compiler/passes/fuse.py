@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from compiler.builder import Builder
 from compiler.diagnostics import GCError
-from compiler.ir import Func, Module, Op, Value, more_elements
+from compiler.ir import Func, Module, Op, Value, begins, more_elements
 from compiler.passes import Pass
 from compiler.rewrite import outline
 from dialects.graph.shape import Transpose
@@ -232,13 +232,10 @@ def chained_concats(f: Func) -> set[Op]:
     out: set[Op] = set()
     for ops in by_first.values():
         for a in ops:
-            if any(_begins(a.operands, b.operands) or _begins(b.operands, a.operands) for b in ops):
+            if any(begins(a.operands, b.operands) or begins(b.operands, a.operands) for b in ops):
                 out.add(a)
     return out
 
-
-def _begins(short: list[Value], long: list[Value]) -> bool:
-    return len(short) < len(long) and all(x is y for x, y in zip(short, long))
 
 
 def _swaps_last_two(op: Op | None) -> bool:

@@ -977,3 +977,46 @@ def test_concats_extending_one_prefix_two_ways_share_no_buffer() -> None:
         close(want, got)
     model = compiler.compile(text, "llvm", cache=False)
     assert_outputs(model(**inputs), expected, rtol=2e-5, atol=2e-5 * max(float(np.abs(w).max()) for w in expected))
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(growths=st.lists(st.sampled_from([16, 32, 48]), min_size=1, max_size=4), c0=st.sampled_from([16, 32]),
+       late=st.booleans(), seed=st.integers(0, 2**16))
+def test_concat_chains_keep_every_value(growths: list[int], c0: int, late: bool, seed: int) -> None:
+    """Dense blocks of any length and growth: the plan lays the chain in one buffer, the checker accepts it,
+    every concat copies nothing, and the planned IR computes the interpreter's values, also with the first
+    concat read again at the end."""
+    lines, prev = [], "x0"
+    channels = c0
+    args = [f"%x: tensor<1x{c0}x4x4xf32>"]
+    lines.append("  %x0 = graph.relu(%x)")
+    operands = ["%x0"]
+    for i, g in enumerate(growths):
+        args.append(f"%w{i}: tensor<{g}x{channels}x1x1xf32>")
+        lines.append(f"  %y{i} = graph.conv2d(%{prev}, %w{i})")
+        operands.append(f"%y{i}")
+        channels += g
+        lines.append(f"  %c{i} = graph.concat({', '.join(operands)}) {{axis = 1}}")
+        lines.append(f"  %r{i} = graph.relu(%c{i})")
+        prev = f"r{i}"
+    last = f"%r{len(growths) - 1}"
+    lines.append(f"  %s = graph.reduce_sum({last}) {{axes = [1], keepdims = true}}")
+    if late:
+        lines.append("  %m = graph.reduce_max(%c0) {axes = [1], keepdims = true}")
+        lines.append("  %out = graph.add(%s, %m)")
+    else:
+        lines.append("  %out = graph.relu(%s)")
+    text = (f"func @main({', '.join(args)}) -> tensor<1x1x4x4xf32> {{\n" + "\n".join(lines) + "\n  return %out\n}\n")
+    m = parse(text)
+    inputs = random_inputs(m["main"], seed, m)
+    expected = run(m, inputs)
+    p = parse(text)
+    run_pipeline(p, "fuse{concat-chains=true},plan-memory{concat-views=true}")
+    f = p["main"]
+    check_plan(p, f)
+    if len(growths) > 1:
+        assert len(copies_nothing(p, f)) == len(growths)
+    for want, got in zip(expected, run(p, inputs)):
+        close(want, got)
+    stats = plan_stats(f)
+    assert stats["arena_bytes"] <= 1.05 * stats["lower_bound_bytes"] + 64

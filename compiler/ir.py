@@ -203,9 +203,25 @@ def more_elements(a: tuple, b: tuple) -> bool:
 
 
 def begins(short, long) -> bool:
-    """Whether the values `short` are the first of `long`, and fewer (one concat's operands beginning a
-    longer one's: fuse's concat chains and the memory stage's)."""
+    """Whether the values `short` are the first of `long`, and fewer."""
     return len(short) < len(long) and all(x is y for x, y in zip(short, long))
+
+
+def prefix_chains(ops: list) -> dict:
+    """Chains of ops each of whose operands begin the next one's (a DenseNet block's concats: [x0, y1],
+    [x0, y1, y2], ...): root -> the shorter ops whose operands begin the root's, for every op of `ops`
+    whose operands no other's begin with; a root is left out where one of its members also begins another
+    root's operands (two chains sharing a prefix: no one buffer holds both). Fuse's concat chains and the
+    memory stage's are these."""
+    longer = {a: [b for b in ops if begins(a.operands, b.operands)] for a in ops}
+    out = {}
+    for root in ops:
+        if longer[root]:
+            continue
+        members = [c for c in ops if begins(c.operands, root.operands)]
+        if not any(d is not root and d not in members for c in members for d in longer[c]):
+            out[root] = members
+    return out
 
 
 def static(shape) -> bool:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from compiler.ir import Func, Module, Op, Value, begins
+from compiler.ir import Func, Module, Op, Value, prefix_chains
 from compiler.memory.placement import Block
 from compiler.memory.rules import lone_op, writes_in_place_over
 from dialects.graph.creation import Call
@@ -71,23 +71,15 @@ def concat_parts(module: Module, f: Func, steps: list[Op], life: dict, align: in
         if offsets is None or len(set(call.operands)) != len(call.operands) or any(o % align for o in offsets):
             continue
         joins[call] = offsets
-    longer = {c: [d for d in joins if begins(c.operands, d.operands)] for c in joins}
     out: dict[Value, tuple[Value, int]] = {}
-    for root, offsets in joins.items():
-        if longer[root]:
-            continue
-        members = [c for c in joins if begins(c.operands, root.operands)]
-        if any(d is not root and d not in members for c in members for d in longer[c]):
-            continue  # two chains share a prefix: no one buffer holds both
-        alone = not members
+    for root, members in prefix_chains(list(joins)).items():
         if all(u in life and u not in returned and isinstance(u.owner, Call)
-               and (not alone or len(uses.get(u, [])) == 1) for u in root.operands):
-            for u, o in zip(root.operands, offsets):
+               and (members or len(uses.get(u, [])) == 1) for u in root.operands):
+            for u, o in zip(root.operands, joins[root]):
                 out[u] = (root.result, o)
             for c in members:
                 out[c.result] = (root.result, 0)
     return out
-
 
 
 def concat_place(v: Value, parts: dict[Value, tuple[Value, int]]) -> tuple[Value, int]:

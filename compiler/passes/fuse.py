@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 
 from compiler.builder import Builder
 from compiler.diagnostics import GCError
-from compiler.ir import Func, Module, Op, Value, begins, more_elements
+from compiler.ir import Func, Module, Op, Value, more_elements, prefix_chains
 from compiler.passes import Pass
 from compiler.rewrite import outline
 from dialects.graph.shape import Transpose
@@ -89,8 +89,8 @@ class Fuse(Pass):
     max_ops: int = field(default=16, metadata={"help": "the most ops one kernel holds (constants not counted)"})
     kinds: tuple[str, ...] = field(default=FUSABLE, metadata={"help": "the op kinds that may fuse (default: all)"})
     concat_chains: bool = field(default=False, metadata={
-        "help": "leave unfused the ops whose result is their operands end to end (concats) where another such "
-                "op's operands begin with theirs, or theirs with its: one buffer can then hold them all "
+        "help": "leave unfused the ops whose result is their operands end to end (concats) that form a chain, "
+                "each one's operands beginning the next one's: one buffer can then hold them all "
                 "(plan-memory's concat-views; DenseNet's dense blocks)"})
 
     def __post_init__(self) -> None:
@@ -220,8 +220,9 @@ class Fuse(Pass):
 
 def chained_concats(f: Func) -> set[Op]:
     """The ops of `f` whose result is their operands end to end (`operand_offsets`: a concat of one image)
-    and whose operands begin another such op's of the same class and attributes, or begin with its: a
-    DenseNet block concatenates [x0, y1], then [x0, y1, y2], ... Left as ops of their own, all of them can
+    that form a chain with others of the same class and attributes (`ir.prefix_chains`: each one's operands
+    beginning the next one's; two chains sharing a prefix stay fused): a DenseNet block concatenates
+    [x0, y1], then [x0, y1, y2], ... Left as ops of their own, all of them can
     lie in the last one's bytes, each a prefix, every operand written there by its producer, and none runs
     a kernel (compiler/memory/strategies.concat_parts); fused into their readers, each was a kernel
     choosing among all its operands per channel (DenseNet-121: 57 such, most of its LLVM time)."""
@@ -229,13 +230,8 @@ def chained_concats(f: Func) -> set[Op]:
     by_first: dict[tuple, list[Op]] = {}
     for op in joins:
         by_first.setdefault((type(op), repr(sorted(op.attrs.items())), op.operands[0]), []).append(op)
-    out: set[Op] = set()
-    for ops in by_first.values():
-        for a in ops:
-            if any(begins(a.operands, b.operands) or begins(b.operands, a.operands) for b in ops):
-                out.add(a)
-    return out
-
+    return {op for ops in by_first.values() for root, members in prefix_chains(ops).items() if members
+            for op in (root, *members)}
 
 
 def _swaps_last_two(op: Op | None) -> bool:

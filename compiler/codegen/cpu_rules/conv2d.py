@@ -273,7 +273,7 @@ def rows_outer(c: Conv) -> bool:
     most where the host's memory is busiest (DenseNet's 0.85x in a minute its calls took 52-62 ms, 0.99x
     at 40 ms)."""
     n, o, oh, ow, ci, kh, kw = c.ext
-    itemsize = 2 if "16" in c.dtype else 4
+    itemsize = cpu().vector_bytes // lanes(c.dtype)
     inputs = ci * int(c.x_buf.shape[2]) * int(c.x_buf.shape[3]) * itemsize  # (NCHW here, padded or not)
     weights = o * ci * kh * kw * itemsize
     return inputs > weights and weights <= cpu().l2 // 2

@@ -85,7 +85,8 @@ def test_shape_rules_say_what_is_wrong(op: str, types: list[str], attrs: dict, m
 def test_the_input_transform_reads_its_input_through_the_padding_in_place() -> None:
     f, bld, (xv,) = new_func("main", {"x": TensorType((1, 16, 8, 8), DType.f32)})
     v = bld.winograd_input(xv, tile=4, padding=[1, 2, 1, 1])
-    assert v.owner.padded_operand(0) == (1, 2, 1, 1) and v.owner.padded_operand(1) is None
-    assert v.type.shape == (36, 2 * 3, 16)  # 8x9 outputs: 2 x 3 tiles of 4
+    # 8x9 outputs: 2 x 3 tiles of 4, reading 10 rows and 14 columns: the padding, then zeros to the tiles' edge
+    assert v.owner.padded_operand(0) == (1, 2, 10 - 8 - 1, 14 - 8 - 2) and v.owner.padded_operand(1) is None
+    assert v.type.shape == (36, 2 * 3, 16)
     assert v.owner.flops() > 0 and Conv2d.kind == bld.winograd_output(
         bld.matmul(v, bld.constant(np.zeros((36, 16, 8), np.float32), DType.f32)), tile=4, size=[8, 9]).owner.kind

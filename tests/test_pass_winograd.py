@@ -86,6 +86,11 @@ def test_between_convs_the_transforms_take_blocked_and_bordered_tensors_as_they_
     read = next(s for s in model.plan.steps if s.kernel and s.ops[0] == "winograd_input").buffers[0]
     written = next(s for s in model.plan.steps if s.kernel and s.ops[0] == "winograd_output").buffers[-1]
     assert buffers[read].kind == "whole"  # the 1x1 conv wrote the border the transform reads through
+    # ... down to the last tile's edge (10x10 at m = 4: 3 tiles reading rows -1 to 12): no load is guarded
+    t = -(-h // 4)
+    pads = buffers[buffers[read].of].pads  # (begin of each dim, then end; NCHW or NCHW[c]c)
+    assert pads[len(pads) // 2 :][2:4] == (4 * t + 1 - h, 4 * t + 1 - h)
+    assert "if_then_else" not in model.scheduled["winograd_input"].script()
     assert buffers[buffers[read].of].layout.startswith("NCHW") and buffers[written].layout.startswith("NCHW")
     check(model, args, want)
 

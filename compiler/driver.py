@@ -25,7 +25,7 @@ from compiler.ir import Module, Value, known
 from compiler.parser import parse
 from compiler.pipeline import PIPELINES, run_pipeline
 from compiler.printer import print_module
-from compiler.specialize import bind_values, is_dynamic, runtime_args
+from compiler.specialize import bind_values, has_runtime_attrs, is_dynamic
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def compile(source: str | Module, options: Options = Options(), *, params: dict[
     if is_dynamic(module[options.entry]):  # `?` sizes: compiled per size at its first call
         from compiler.codegen.dynamic import DynamicModel
 
-        if not runtime_args(module[options.entry]):  # (passes need every attribute's value)
+        if not has_runtime_attrs(module[options.entry]):  # (passes need every attribute's value)
             optimize(module, options)  # the graph passes' own diagnostics now, not at the first call
         model = DynamicModel(model_source, options, params, name)
         model.compile_seconds = time.perf_counter() - t0

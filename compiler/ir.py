@@ -314,9 +314,10 @@ class SymbolRef:
 
 @dataclass(frozen=True)
 class ArgValue:
-    """An attribute taken at run time from an argument of the function: `{axes = %axes}`. The function is
-    specialized to each distinct value it is called with (compiler/specialize.py), as to each distinct size
-    of its `?` dimensions; before that the op's result types are the ones written (see docs/ir.md)."""
+    """An attribute taken at run time from an argument of the function or an earlier op's result (computed
+    from sizes, constants and arguments): `{axes = %axes}`. The function is specialized to each distinct
+    value it is called with (compiler/specialize.py), as to each distinct size of its `?` dimensions; before
+    that the op's result types are the ones written (see docs/ir.md)."""
 
     name: str
 
@@ -527,6 +528,9 @@ class Op:
     unit_operands: ClassVar[tuple[int, ...]] = ()
     # A transpose of an operand's last two axes is fused in and read in place (matmul(x, transpose(w))).
     reads_transposed_operands: ClassVar[bool] = False
+    # The result depends on the operands' sizes, not their values (graph.shape, graph.numel): it folds to a
+    # constant once they are known, and a value computed from it for an attribute needs no operand's value.
+    reads_sizes_only: ClassVar[bool] = False
 
     def fan_in(self, index: int, shape: tuple[int, ...]) -> int | None:
         """Inputs summed into each output per element of the weight at operand `index` of this shape (random

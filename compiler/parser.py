@@ -329,8 +329,9 @@ class _Builder:
         return op
 
     def check_runtime_attrs(self, cls, attrs: dict, locs: dict, scope, types, loc) -> None:
-        """`{axes = %axes}` names an argument of this function: a static integer (or float, for a float
-        attribute) tensor of rank 0 or 1, whose value the op takes at each call. Its results are written."""
+        """`{axes = %axes}` names an argument of this function or an earlier op's result: a static integer (or
+        float, for a float attribute) tensor of rank 0 or 1, whose value the op takes at each call. Its
+        results are written."""
         for key, v in attrs.items():
             if not isinstance(v, ArgValue):
                 continue
@@ -338,9 +339,9 @@ class _Builder:
             arg = scope.get("%" + v.name, (None,))[0]
             if arg is not None and arg.type is None:
                 continue  # a value already in error
-            if arg is None or arg.owner is not None:
+            if arg is None:
                 raise GCError(f"{cls.name}: attribute '{key}' = {v}: an attribute taken at run time names an "
-                              f"argument of the function", at)
+                              f"argument of the function or an earlier op's result", at)
             kind = cls.attr_specs[key].kind
             t = arg.type
             ok_dtype = t.dtype.is_int or t.dtype.is_bool or (kind in (float, "floats") and t.dtype.is_float)

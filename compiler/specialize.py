@@ -1,6 +1,8 @@
 """A function with `?` dimensions specialized to the sizes of one call: every type re-inferred with the
 arguments' sizes, so that each op runs (and is checked) as in a static function. Attributes taken at run
-time from an argument (`{axes = %axes}`) take that argument's value at the call the same way.
+time (`{axes = %axes}`) take their value at the call the same way: an argument's, or an earlier op's
+result, computed here on the reference interpreter from the sizes (`graph.shape`) and from the values of
+the arguments it reads (an ONNX model's Shape -> Gather -> Concat -> Reshape).
 
 Sizes that must agree and could not be checked before the call (a matmul's inner dimension of `?`, two
 `?` operands of an add) are checked here, each op by its own shape rule; a mismatch is the op's error at
@@ -15,7 +17,7 @@ import weakref
 import numpy as np
 
 from compiler.diagnostics import Diagnostic, GCError
-from compiler.ir import ArgValue, Func, Module, Op, known
+from compiler.ir import Func, Module, Op, Value, known
 
 _CACHE: weakref.WeakKeyDictionary[Func, dict[tuple, tuple[tuple, Func]]] = weakref.WeakKeyDictionary()
 
@@ -23,13 +25,38 @@ _CACHE: weakref.WeakKeyDictionary[Func, dict[tuple, tuple[tuple, Func]]] = weakr
 def is_dynamic(f: Func) -> bool:
     """Whether any type in `f` (arguments, results, ops) has a `?`, or an attribute is taken at run time."""
     return (any(not a.type.is_static for a in f.args) or any(t is not None and not t.is_static for t in f.result_types)
-            or any(not r.type.is_static for op in f.ops for r in op.results) or bool(runtime_args(f)))
+            or any(not r.type.is_static for op in f.ops for r in op.results) or has_runtime_attrs(f))
+
+
+def has_runtime_attrs(f: Func) -> bool:
+    return any(op.runtime_attrs() for op in f.ops)
 
 
 def runtime_args(f: Func) -> list[str]:
-    """The arguments whose values attributes take at run time, in argument order."""
-    named = {v.name for op in f.ops for v in op.attrs.values() if isinstance(v, ArgValue)}
-    return [a.name for a in f.args if a.name in named]
+    """The arguments whose values attributes take at run time, in argument order: those named, and those
+    a named result is computed from (not through an op that reads only its operands' sizes)."""
+    reached = {v.name for v in _sources(f)[1] if v.owner is None}
+    return [a.name for a in f.args if a.name in reached]
+
+
+def _sources(f: Func) -> tuple[set[Op], set[Value]]:
+    """(the ops computing the values that attributes take at run time, the values they and the attributes
+    read): what specialization evaluates before it binds them."""
+    values = {v.name: v for v in f.values()}
+    todo = [values[ref.name] for op in f.ops for ref in op.runtime_attrs().values() if ref.name in values]
+    ops: set[Op] = set()
+    seen: set[Value] = set()
+    while todo:
+        v = todo.pop()
+        if v in seen:
+            continue
+        seen.add(v)
+        if v.owner is not None and v.owner not in ops:
+            ops.add(v.owner)
+            if not v.owner.reads_sizes_only:
+                todo.extend(v.owner.operands)
+            todo.extend(values[ref.name] for ref in v.owner.runtime_attrs().values() if ref.name in values)
+    return ops, seen
 
 
 def value_key(values: dict[str, np.ndarray] | None, names: list[str]) -> tuple:
@@ -66,7 +93,9 @@ def _specialize(module: Module, f: Func, key: tuple) -> Func:
     g = f.clone()
     for a, shape in zip(g.args, shapes):
         a.type = a.type.with_shape(shape)
-    given = {name: np.asarray(elems) for name, _, elems in values}
+    shapes_of = {a.name: a.type.shape for a in g.args}
+    given = {name: np.asarray(elems, dtype).reshape(shapes_of[name]) for name, dtype, elems in values}
+    computed = _sources(g)[0]
     for op, generic in zip(g.ops, f.ops):
         try:
             if op.runtime_attrs():
@@ -83,6 +112,11 @@ def _specialize(module: Module, f: Func, key: tuple) -> Func:
             if not was.type.fits(t):
                 raise _at_this_call(op.error(f"gives {t} at these sizes, but {was.type} where they are ?"), f, key)
             r.type = t
+        if op in computed:  # a value an attribute takes (or one it is computed from): computed now
+            try:
+                given.update(zip((r.name for r in op.results), _evaluate(op, given)))
+            except GCError as e:
+                raise _at_this_call(e, f, key) from None
     for i, (v, t) in enumerate(zip(g.results, f.result_types)):
         if t is not None and not t.fits(v.type):
             err = GCError(f"return: value #{i} has type {v.type} at these sizes but @{f.name} declares {t}",
@@ -92,6 +126,22 @@ def _specialize(module: Module, f: Func, key: tuple) -> Func:
     if values:  # arguments read only for their values now: no remark that nothing uses them
         g.attrs["values_bound"] = tuple(name for name, _, _ in values)
     return g
+
+
+def _evaluate(op: Op, given: dict[str, np.ndarray]) -> list[np.ndarray]:
+    """The op's results on the reference interpreter; operands whose sizes alone it reads stand as
+    zero-strided arrays of their shape."""
+    args = []
+    for v in op.operands:
+        if op.reads_sizes_only:
+            args.append(np.broadcast_to(np.zeros((), v.type.dtype.np), v.type.shape))
+        elif v.name in given:
+            args.append(given[v.name])
+        else:
+            raise op.error(f"an attribute taken at run time is computed from %{v.name}, whose value is known only "
+                           "when the function runs: it may read sizes (graph.shape), constants and arguments")
+    with np.errstate(all="ignore"):
+        return op.evaluate(args)
 
 
 def bind_values(f: Func, values: dict[str, np.ndarray]) -> None:

@@ -34,11 +34,41 @@ def _verify_func(f: Func, module: Module, diag: DiagnosticCollector, infer_missi
                 where = "later" if v.owner in f.ops else "outside this function"
                 diag.error(f"{op.name}: operand #{i} (%{v.name}) is defined {where}: not dominated", op.loc)
         _verify_op(op, module, diag, infer_missing)
+        _verify_runtime_attrs(op, defined, diag)
         for r in op.results:
             if r in defined:
                 diag.error(f"{op.name}: result %{r.name} is defined twice", op.loc)
             defined.add(r)
     _verify_return(f, defined, diag)
+
+
+def _verify_runtime_attrs(op: Op, defined: set[Value], diag: DiagnosticCollector) -> None:
+    """An attribute taken at run time names a value defined before its op, computed from sizes, constants
+    and arguments that are small static tensors (their values key a specialization), never from data."""
+    refs = op.runtime_attrs()
+    if not refs:
+        return
+    by_name = {v.name: v for v in defined}
+    for key, ref in refs.items():
+        v = by_name.get(ref.name)
+        if v is None:
+            diag.error(f"{op.name}: attribute '{key}' = {ref} names no value defined before it", op.loc)
+            continue
+        todo, seen = [v], set()
+        while todo:
+            u = todo.pop()
+            if u in seen:
+                continue
+            seen.add(u)
+            if u.owner is None:
+                if u.type is not None and not (u.type.is_static and u.type.rank <= 1):
+                    diag.error(f"{op.name}: attribute '{key}' = {ref} is computed from %{u.name}, a {u.type}: a value "
+                               "taken at run time may read sizes (graph.shape), constants and arguments that are "
+                               "static tensors of rank 0 or 1", op.loc)
+                    break
+            elif not u.owner.reads_sizes_only:
+                todo.extend(u.owner.operands)
+                todo.extend(by_name[r.name] for r in u.owner.runtime_attrs().values() if r.name in by_name)
 
 
 def _verify_op(op: Op, module: Module, diag: DiagnosticCollector, infer_missing: bool) -> None:

@@ -204,12 +204,13 @@ def test_reduce_prod_rule_where_rows_hold_zeros() -> None:
 
 def test_every_differentiable_op_is_checked_against_central_differences() -> None:
     # Comparisons and argmax have integer results: nothing flows back through them (tested below).
-    # The bitwise ops and shifts take and give integers only; numel counts elements, whatever their values.
+    # The bitwise ops and shifts take and give integers only; numel counts elements and shape gives sizes,
+    # whatever the values.
     # grid_sample has no rule (it raises: its input's gradient would scatter-add into the image), nor has
     # cumprod (its product rule divides by elements that may be 0).
     unchecked = {"graph.call", "graph.constant", "graph.equal", "graph.less", "graph.greater", "graph.argmax",
                  "graph.where", "graph.bitwise_and", "graph.bitwise_or", "graph.bitwise_xor", "graph.bitwise_not",
-                 "graph.shift_left", "graph.shift_right", "graph.numel",
+                 "graph.shift_left", "graph.shift_right", "graph.numel", "graph.shape",
                  "graph.grid_sample", "graph.cumprod"}  # fmt: skip
     checked = {f"graph.{name}" for name, _, _ in CASES}
     missing = sorted(op.name for op in GRAPH.ops if op.name not in checked | unchecked)

@@ -1,4 +1,5 @@
-"""fold-constants: an op whose operands are all graph.constant results becomes constant(s) of its value.
+"""fold-constants: an op whose operands are all graph.constant results becomes constant(s) of its value, as
+does one that reads only its operands' sizes (graph.shape, graph.numel) once they are known.
 
 The value comes from the op's own `reference`, the interpreter's oracle, so folding cannot change what
 the module computes. Not folded: ops without operands (constants themselves, a call of a function
@@ -41,7 +42,7 @@ class FoldConstants(Pass):
             if new is None:
                 out.append(op)
                 continue
-            made.update(v.owner for v in op.operands)
+            made.update(v.owner for v in op.operands if isinstance(v.owner, Constant))
             made.update(new)
             for r, c in zip(op.results, new):
                 c.result.name = r.name
@@ -61,16 +62,20 @@ class FoldConstants(Pass):
             return None
         try:
             with np.errstate(all="ignore"):  # inf and nan are values like any other, as at run time
-                values = op.evaluate([np.array(v.owner.value.array) for v in op.operands])
+                values = op.evaluate([np.broadcast_to(np.zeros((), v.type.dtype.np), v.type.shape) if op.reads_sizes_only
+                                      else np.array(v.owner.value.array) for v in op.operands])
         except GCError:
             self.stats["not-folded-error"] += 1
             return None
-        loc = Location.merge([op.loc, *(v.owner.loc for v in op.operands)])
+        loc = Location.merge([op.loc, *(v.owner.loc for v in op.operands if isinstance(v.owner, Constant))])
         return [Constant([], {"value": Dense.of(a, r.type.dtype)}, None, loc) for a, r in zip(values, op.results)]
 
 
 def can_fold(op: Op) -> bool:
-    """Whether `op` is a computation (not a call, not a constant) over constants only."""
+    """Whether `op` is a computation (not a call, not a constant) over constants only, or over operands of
+    known sizes where it reads nothing else (graph.shape)."""
     if not op.operands or isinstance(op, Call) or type(op).reference is Op.reference:
         return False
+    if op.reads_sizes_only:
+        return all(v.type.is_static for v in op.operands)
     return all(isinstance(v.owner, Constant) for v in op.operands)

@@ -157,6 +157,7 @@ class Numel(Op, name="graph.numel"):
     by, known only at run time where a counted size is `?` (the gradient of a mean over a dynamic batch):
     %n = graph.numel(%x) {axes = [0], dtype = f32} : tensor<f32>"""
     precision = "follow"
+    reads_sizes_only = True
 
     x = operand()
     axes = attribute("ints", None)
@@ -188,4 +189,43 @@ class Numel(Op, name="graph.numel"):
         return [None]  # a count of elements does not change with their values
 
 
-OPS = [Constant, Call, Numel]
+class Shape(Op, name="graph.shape"):
+    """The sizes of x's dimensions as a vector (ONNX Shape): with `?` sizes, known at each call, where an
+    attribute taken at run time may read it (a reshape to [batch * 128, 768]); folded to a constant once
+    the sizes are known:
+    %s = graph.shape(%x) : tensor<3xi64>"""
+    precision = "follow"
+    reads_sizes_only = True
+
+    x = operand()
+    dtype = attribute(DType, DType.i64)
+
+    def infer(self, x: TensorType) -> TensorType:
+        if self.dtype not in (DType.i32, DType.i64):
+            raise self.error(f"dtype must be i32 or i64, got {self.dtype}")
+        return TensorType((x.rank,), self.dtype)
+
+    def flops(self) -> int:
+        return 0
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        return np.array(x.shape, dtype=self.dtype.np)
+
+    def lower(self, x):
+        from tvm import te, tirx
+
+        sizes = [int(d) for d in self.operands[0].type.shape]
+
+        def at(i):
+            out = tirx.const(sizes[-1] if sizes else 0, self.dtype.tvm)
+            for k in range(len(sizes) - 2, -1, -1):
+                out = tirx.Select(i == k, tirx.const(sizes[k], self.dtype.tvm), out)
+            return out
+
+        return te.compute((len(sizes),), at, name="shape")
+
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        return [None]  # sizes do not change with the values
+
+
+OPS = [Constant, Call, Numel, Shape]

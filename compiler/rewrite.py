@@ -74,13 +74,19 @@ def _sweep(f: Func, table, stats: Counter | None) -> bool:
 
 
 def erase_dead_ops(f: Func) -> int:
-    """Erase pure ops none of whose results are used; returns how many."""
-    uses = Counter(v for op in f.ops for v in op.operands)
+    """Erase pure ops none of whose results are used (as an operand, a result, or the value an attribute
+    takes at run time); returns how many."""
+    by_name = {v.name: v for v in f.values()} if any(op.runtime_attrs() for op in f.ops) else {}
+
+    def reads(op: Op) -> list:
+        return [*op.operands, *(by_name[r.name] for r in op.runtime_attrs().values() if r.name in by_name)]
+
+    uses = Counter(v for op in f.ops for v in reads(op))
     uses.update(f.results)
     keep: list[Op] = []
     for op in reversed(f.ops):
         if op.pure and op.results and not any(uses[r] for r in op.results):
-            uses.subtract(op.operands)
+            uses.subtract(reads(op))
             continue
         keep.append(op)
     erased = len(f.ops) - len(keep)

@@ -53,22 +53,28 @@ def _verify_runtime_attrs(op: Op, defined: set[Value], diag: DiagnosticCollector
         v = by_name.get(ref.name)
         if v is None:
             diag.error(f"{op.name}: attribute '{key}' = {ref} names no value defined before it", op.loc)
+        elif (u := data_read(v, by_name)) is not None:
+            diag.error(f"{op.name}: attribute '{key}' = {ref} is computed from %{u.name}, a {u.type}: a value "
+                       "taken at run time may read sizes (graph.shape), constants and arguments that are static "
+                       "tensors of rank 0 or 1", op.loc)
+
+
+def data_read(v: Value, by_name: dict[str, Value]) -> Value | None:
+    """The first argument `v` is computed from that is no static tensor of rank 0 or 1 (data, whose value
+    no specialization could key on), or None. Ops that read only sizes (graph.shape) end the walk."""
+    todo, seen = [v], set()
+    while todo:
+        u = todo.pop()
+        if u in seen:
             continue
-        todo, seen = [v], set()
-        while todo:
-            u = todo.pop()
-            if u in seen:
-                continue
-            seen.add(u)
-            if u.owner is None:
-                if u.type is not None and not (u.type.is_static and u.type.rank <= 1):
-                    diag.error(f"{op.name}: attribute '{key}' = {ref} is computed from %{u.name}, a {u.type}: a value "
-                               "taken at run time may read sizes (graph.shape), constants and arguments that are "
-                               "static tensors of rank 0 or 1", op.loc)
-                    break
-            elif not u.owner.reads_sizes_only:
-                todo.extend(u.owner.operands)
-                todo.extend(by_name[r.name] for r in u.owner.runtime_attrs().values() if r.name in by_name)
+        seen.add(u)
+        if u.owner is None:
+            if u.type is not None and not (u.type.is_static and u.type.rank <= 1):
+                return u
+        elif not u.owner.reads_sizes_only:
+            todo.extend(u.owner.operands)
+            todo.extend(by_name[r.name] for r in u.owner.runtime_attrs().values() if r.name in by_name)
+    return None
 
 
 def _verify_op(op: Op, module: Module, diag: DiagnosticCollector, infer_missing: bool) -> None:

@@ -881,14 +881,67 @@ def test_named_axes_stay_dynamic() -> None:
     np.testing.assert_allclose(y, np.maximum(x, 0) @ w, rtol=1e-6)
 
 
-def test_a_size_read_at_import_keeps_the_named_axes_static_with_a_note() -> None:
-    """GIR has no shape values yet: a Shape of a named axis makes the import as before (a leading axis
-    at 1), and says why."""
-    model = make_model([node("Shape", ["x"], ["s"]), node("Reshape", ["x", "s"])], X, ["y"])
+def test_a_size_the_import_must_know_keeps_the_named_axes_static_with_a_note() -> None:
+    """A Range of floats up to a size read at run time has no run-time form in GIR: the import is made as
+    before dynamic shapes (a leading axis at 1), and says why."""
+    nodes = [node("Shape", ["x"], ["s"]), node("Gather", ["s", "zero"], ["n"]), node("Cast", ["n"], ["f"], to=1),
+             node("Range", ["start", "f", "step"])]
+    model = make_model(nodes, X, ["y"], inits={"zero": np.array(0, np.int64), "start": np.array(0, np.float32),
+                                               "step": np.array(1, np.float32)})
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
     imported = import_onnx(model)
     assert imported.module["main"].args[0].type.shape == (1, 3, 4)
-    assert "kept the named axes 'batch' (x[0]) static: node 0 (Shape) reads the size of one" in imported.note
+    assert "kept the named axes 'batch' (x[0]) static" in imported.note and "Range" in imported.note
+
+
+# Sizes read at each call (Shape, Size) and what models compute from them: a Reshape's shape, an Expand's,
+# a ConstantOfShape, a Range up to a length, GatherElements and GatherND over `?` axes, allowzero Reshapes.
+SIZES = {"zero": np.array([0], np.int64), "one": np.array([1], np.int64), "minus1": np.array([-1], np.int64)}
+DYNAMIC_CASES = [
+    pytest.param([node("Shape", ["x"], ["s"]), node("Gather", ["s", "zero"], ["b"]),
+                  node("Concat", ["b", "minus1"], ["t"], axis=0), node("Reshape", ["x", "t"])], id="reshape-keeps-batch"),
+    pytest.param([node("Shape", ["x"], ["s"]), node("Gather", ["s", "zero"], ["b"]),
+                  node("Concat", ["b", "minus1"], ["t"], axis=0), node("Reshape", ["x", "t"], allowzero=1)],
+                 id="reshape-allowzero"),
+    pytest.param([node("Shape", ["x"], ["s"]), node("ConstantOfShape", ["s"], ["c"],
+                                                     value=numpy_helper.from_array(np.array([2.5], np.float32))),
+                  node("Add", ["x", "c"])], id="constant-of-shape"),
+    pytest.param([node("Shape", ["x"], ["s"], start=0, end=2), node("Concat", ["s", "one"], ["t"], axis=0),
+                  node("ReduceSum", ["x", "one"], ["r"], keepdims=1), node("Expand", ["r", "t"])], id="expand"),
+    pytest.param([node("Shape", ["x"], ["s"]), node("Gather", ["s", "one"], ["n"]), node("Squeeze", ["n"], ["k"]),
+                  node("Range", ["start", "k", "step"], ["p"]), node("Cast", ["p"], ["pf"], to=1),
+                  node("Unsqueeze", ["pf", "minus1"], ["u"]), node("Mul", ["x", "u"])], id="range"),
+    pytest.param([node("Shape", ["x"], ["s"]), node("ConstantOfShape", ["s"], ["c"],
+                                                     value=numpy_helper.from_array(np.array([1], np.int64))),
+                  node("CumSum", ["c", "one1"], ["cs"], reverse=1), node("Sub", ["cs", "c"], ["i"]),
+                  node("GatherElements", ["x", "i"], ["y"], axis=1)], id="gather-elements"),  # seq reversed
+    pytest.param([node("Size", ["x"], ["n"]), node("Cast", ["n"], ["f"], to=1), node("Mul", ["x", "f"])], id="size"),
+    pytest.param([node("Shape", ["x"], ["s"], start=0, end=2), node("Concat", ["s", "one"], ["t"], axis=0),
+                  node("ConstantOfShape", ["t"], ["c"], value=numpy_helper.from_array(np.array([1], np.int64))),
+                  node("CumSum", ["c", "zero1"], ["cs"]), node("Sub", ["cs", "c"], ["i"]),
+                  node("GatherND", ["x", "i"])], id="gather-nd"),  # each position's whole batch row
+    pytest.param([node("Trilu", ["x"], ["y"], upper=0)], id="trilu"),  # a causal mask over [seq, 4]
+    pytest.param([node("Trilu", ["x", "kk"], ["y"])], id="trilu-k"),
+]
+
+
+@pytest.mark.parametrize("nodes", DYNAMIC_CASES)
+def test_sizes_computed_at_each_call_keep_the_named_axes_dynamic(nodes) -> None:
+    inits = {**SIZES, "start": np.array(0, np.int64), "step": np.array(1, np.int64), "one1": np.array(1, np.int64),
+             "zero1": np.array(0, np.int64), "kk": np.array(1, np.int64)}
+    used = {i for n in nodes for i in n.input}
+    model = make_model(nodes, X, ["y"], inits={k: v for k, v in inits.items() if k in used})
+    for d, name in ((0, "batch"), (1, "seq")):
+        model.graph.input[0].type.tensor_type.shape.dim[d].dim_param = name
+    imported = import_onnx(model)
+    assert imported.note == "" and imported.module["main"].args[0].type.shape == (DYN, DYN, 4)
+    compiled = compiler.compile(imported.module, "llvm", params=imported.weights, cache=False)
+    for shape in ((2, 3, 4), (5, 1, 4), (1, 7, 4)):
+        x = rand(*shape)
+        (want,) = ReferenceEvaluator(model).run(None, {"x": x})
+        (got,) = compiler.run(imported.module, {"x": x, **imported.weights})
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(compiled(x)[0], want, rtol=1e-5, atol=1e-5)
 
 
 def test_input_shape_gives_symbolic_dimensions() -> None:
@@ -929,10 +982,21 @@ def test_a_shape_fed_as_an_input_is_an_attribute_taken_at_run_time() -> None:
                                       x.reshape([2 if d == 0 else d for d in shape]))
 
 
-def test_a_shape_computed_by_the_model_is_an_error() -> None:
+def test_a_shape_computed_from_an_input_of_the_model_takes_its_value_at_each_call() -> None:
     nodes = [node("Abs", ["s"], ["t"]), node("Reshape", ["x", "t"])]
-    msg = import_error(make_model(nodes, {"x": rand(2, 3), "s": ints(3, 2)}, ["y"]))
-    assert "input #1 (shape) must be a constant or an input of the model, but 't' is computed at run time" in msg
+    model = make_model(nodes, {"x": rand(2, 3), "s": ints(3, 2)}, ["y"])
+    imported = import_onnx(model)
+    for s in (ints(3, 2), ints(-1, 6), ints(-6, -1)):
+        x = rand(2, 3)
+        np.testing.assert_array_equal(compiler.run(imported.module, {"x": x, "s": s})[0], x.reshape(np.abs(s)))
+
+
+def test_a_shape_computed_from_the_data_is_an_error() -> None:
+    nodes = [node("ReduceMax", ["x"], ["m"], keepdims=0), node("Cast", ["m"], ["c"], to=7),
+             node("Unsqueeze", ["c", "zero"], ["t"]), node("Reshape", ["x", "t"])]
+    msg = import_error(make_model(nodes, {"x": rand(2, 3)}, ["y"], inits={"zero": ints(0)}))
+    assert "input #1 (shape) must be a constant, an input of the model or computed from sizes, but 't' is a " \
+           "tensor<1xi64> computed at run time from the data 'x'" in msg
 
 
 def test_graph_op_diagnostic_names_the_node() -> None:
@@ -941,7 +1005,10 @@ def test_graph_op_diagnostic_names_the_node() -> None:
 
 
 def test_symbolic_inner_dimension_kept_static_without_input_shape_is_an_error() -> None:
-    model = make_model([node("Size", ["x"], ["n"]), node("Relu", ["x"])], X, ["y"])
+    nodes = [node("Shape", ["x"], ["s"]), node("Gather", ["s", "zero"], ["n"]), node("Cast", ["n"], ["f"], to=1),
+             node("Range", ["start", "f", "step"])]
+    model = make_model(nodes, X, ["y"], inits={"zero": np.array(0, np.int64), "start": np.array(0, np.float32),
+                                               "step": np.array(1, np.float32)})
     model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "seq"
     msg = import_error(model)
     assert "input 'x' has the symbolic dimension 'seq' at position 2: give its size with --input-shape x=2x3xN" in msg

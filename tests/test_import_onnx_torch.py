@@ -17,6 +17,7 @@ from torch import nn
 
 import compiler
 from compiler.importers.onnx import import_onnx
+from compiler.ir import DYN
 
 
 class ConvBN(nn.Module):
@@ -123,6 +124,28 @@ def test_a_dynamic_batch_imports_as_a_question_mark_and_runs_at_every_batch(name
         with torch.no_grad():
             expected = net(x).numpy()
         np.testing.assert_allclose(model(x=x.numpy())[0], expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["causal-attention"])
+def test_a_dynamic_batch_and_sequence_run_at_every_size(name: str) -> None:
+    """Attention reads its input's sizes to split heads (Shape -> Gather -> Concat -> Reshape) and to mask
+    (Trilu): with the batch and the sequence named, they are computed at each call, and the module stays
+    dynamic. (nn.MultiheadAttention's TorchScript export bakes the traced sequence length into a shape.)"""
+    torch.manual_seed(0)
+    cls, shape = NETS[name]
+    net = cls().eval()
+    axes = {"x": {0: "batch", 1: "seq"}, "y": {0: "batch", 1: "seq"}}
+    imported = import_onnx(onnx.load_from_string(export(net, torch.randn(*shape), axes)))
+    assert imported.note == "" and imported.module["main"].args[0].type.shape[:2] == (DYN, DYN)
+    model = compiler.compile(imported.module, "llvm", params=imported.weights, cache=False)
+    for size in ((1, 3), (2, 9), (3, 1), (1, 3)):
+        x = torch.randn(*size, shape[-1])
+        with torch.no_grad():
+            expected = net(x).numpy()
+        np.testing.assert_allclose(model(x=x.numpy())[0], expected, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(compiler.run(imported.module, {"x": x.numpy(), **imported.weights})[0], expected,
+                                   rtol=1e-4, atol=1e-5)
+    assert len(model._models) == 3  # a compile per size, the arithmetic of sizes folded into each
 
 
 @pytest.mark.parametrize("name", NETS)

@@ -588,8 +588,10 @@ class _Importer:
             if op.kind == "constant":
                 self.folded[op.result] = op.value.array
                 continue
-            if not op.operands or any(v not in self.folded for v in op.operands):
+            if not op.operands or any(v not in self.folded for v in op.operands) or op.runtime_attrs():
                 continue
+            if not all(r.type.is_static for r in op.results):
+                continue  # (its sizes are known at each call only)
             if any(math.prod(max(d, 1) for d in r.type.shape) > FOLD_LIMIT for r in op.results):
                 continue  # big (or empty beside a huge axis, which numpy cannot make either): left to fold-constants
             self.folded.update(zip(op.results, op.evaluate([self.folded[v] for v in op.operands])))
@@ -722,13 +724,19 @@ class Node:
         return arr
 
     def runtime(self, i: int, what: str) -> ArgValue:
-        """Input #i, computed at run time, as an attribute taken from it at each call (`{axes = %axes}`):
-        it must be an input of the model (a function argument), a static tensor of rank 0 or 1."""
+        """Input #i, not known at import time, as an attribute taken from it at each call (`{axes = %axes}`):
+        an input of the model or a value computed from sizes (a Shape), constants and such inputs, a static
+        tensor of rank 0 or 1 (what it is computed from, the verifier checks once the function is whole)."""
+        from compiler.verifier import data_read
+
         v = self.x(i)
-        if v.owner is not None or not v.type.is_static or v.type.rank > 1:
+        data = data_read(v, {}) if v.owner is not None else None
+        if not v.type.is_static or v.type.rank > 1 or (v.owner is not None and not v.type.dtype.is_int) or data:
             raise self.error(
-                f"input #{i} ({what}) must be a constant or an input of the model, but '{self.proto.input[i]}' "
-                "is computed at run time; gc needs it known when the model is called"
+                f"input #{i} ({what}) must be a constant, an input of the model or computed from sizes, but "
+                f"'{self.proto.input[i]}' is a {v.type} computed at run time"
+                + (f" from the data '{data.name}'" if data is not None else "") + "; gc needs it known when the model "
+                "is called"
             )
         return ArgValue(v.name)
 
@@ -762,6 +770,7 @@ class Node:
 
     def check_size(self, shape: tuple[int, ...] | list[int], what: str) -> None:
         """An array the importer is about to make must be one it can: sizes in a model are just numbers."""
+        shape = [d for d in shape if known(d)]  # (a `?` size is the caller's at each call)
         if any(d < 0 for d in shape):
             raise self.error(f"{what} has a negative size in its shape {list(shape)}")
         if math.prod(max(d, 1) for d in shape) > BUILD_LIMIT:  # numpy refuses a huge axis beside an empty one too

@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.importers.onnx import SizeNeeded
-from compiler.ir import DYN, ArgValue, DType, TensorType, Value, static
+from compiler.ir import DYN, ArgValue, DType, TensorType, Value, known, static
 from dialects.graph.common import cast_to
+from dialects.graph.elementwise import Where
 from dialects.graph.nn import pool_out
+from dialects.graph.shape import Concat
 
 if TYPE_CHECKING:
     from compiler.importers.onnx import Node
@@ -1187,13 +1188,28 @@ def _reshape_target(n: Node, shape: tuple[int, ...], want: tuple[int, ...], allo
     if out.count(-1) > 1:
         raise n.error(f"shape {list(want)} has more than one -1")
     if -1 in out:
-        known = math.prod(d for d in out if d != -1)
-        if known == 0 or total % known:
+        rest = math.prod(d for d in out if d != -1)
+        if rest == 0 or total % rest:
             raise n.error(f"cannot reshape {list(shape)} ({total} elements) to {list(want)}")
-        out[out.index(-1)] = total // known
+        out[out.index(-1)] = total // rest
     if math.prod(out) != total:
         raise n.error(f"cannot reshape {list(shape)} ({total} elements) to {list(want)} ({math.prod(out)} elements)")
     return tuple(out)
+
+
+def _entries(n: Node, v: Value) -> list:
+    """The elements of a rank-1 integer value computed at run time, each an int where the import knows it
+    (a Concat of sizes read at each call and constant pieces, as exporters build a Reshape's shape), else
+    `?`: what stays static in the types of an op that takes the value at run time."""
+    folded = n.imp.folded.get(v)
+    if folded is not None:
+        return [int(e) for e in folded.reshape(-1)]
+    op = v.owner
+    if isinstance(op, Concat) and all(u.type.rank == 1 and u.type.is_static for u in op.operands):
+        return [e for u in op.operands for e in _entries(n, u)]
+    if isinstance(op, Where):
+        return [e if e != 0 else DYN for e in _entries(n, op.operands[2])]  # (allowzero's guard: 0 -> -2)
+    return [DYN] * v.type.size
 
 
 def _runtime_op(n: Node, short: str, operands: list, attrs: dict, shapes: list, dtype: DType, many: bool = False):
@@ -1206,11 +1222,22 @@ def _runtime_op(n: Node, short: str, operands: list, attrs: dict, shapes: list, 
 @converts("Reshape", attrs="shape allowzero consumed_inputs")
 def reshape(n: Node) -> list:
     x = n.x(0)
-    if n.opset >= 5 and n.known(1) is None and not n.attr("allowzero", 0):
+    if n.opset >= 5 and n.known(1) is None and (not n.attr("allowzero", 0) or n.x(1).owner is not None):
         # The shape fed when the model is called: graph.reshape reads 0 and -1 as ONNX does (allowzero = 0).
         shape = n.runtime(1, "shape")
-        return [_runtime_op(n, "reshape", [x], {"shape": shape}, [(DYN,) * n.type(1).size], x.type.dtype)]
+        if n.attr("allowzero", 0):
+            # allowzero = 1 (torch's exporter): a 0 is an empty axis, which graph.reshape would read as "keep
+            # the input's size". A shape computed from sizes holds a 0 only for an empty tensor: such a call is
+            # an error (a size of -2), never a different result. (A shape fed as an input: not taken.)
+            s = n.x(1)
+            s = n.b.where(n.b.equal(s, n.constant(np.array(0), s.type.dtype)), n.constant(np.array(-2), s.type.dtype), s)
+            s.name = n.imp.name(f"{n.proto.input[1]}_nonzero")  # (an attribute names it)
+            shape = ArgValue(s.name)
+        dims = [DYN if d in (-1, 0) else d for d in _entries(n, n.x(1))]  # (0 keeps a size: which, at each call)
+        return [_runtime_op(n, "reshape", [x], {"shape": shape}, [dims], x.type.dtype)]
     want = tuple(n.attr("shape")) if n.opset < 5 else n.ints(1, "shape")
+    if not x.type.is_static and not (n.attr("allowzero", 0) and 0 in want):
+        return [n.b.reshape(x, shape=want)]  # (graph.reshape's rule carries the `?` sizes: 0 keeps, -1 infers)
     target = _reshape_target(n, x.type.shape, want, bool(n.attr("allowzero", 0)))
     if 0 in target:  # empty: graph.reshape would read a 0 as "keep the input's size"
         return [n.constant(n.full(target, 0, x.type.dtype.np, "the empty result"), x.type.dtype)]
@@ -1220,6 +1247,18 @@ def reshape(n: Node) -> list:
 @converts("Expand")
 def expand(n: Node) -> list:
     x = n.x(0)
+    if n.known(1) is None:  # a shape computed at run time (from a Shape): the sizes known stay known
+        rank = max(x.type.rank, n.type(1).size)
+        mine = [1] * (rank - x.type.rank) + list(x.type.shape)
+        theirs = [1] * (rank - n.type(1).size) + _entries(n, n.x(1))
+
+        def size(d, e):  # ONNX's bidirectional broadcast of x's size d and the shape's entry e
+            if known(e) and e >= 0:
+                return d if e == 1 else e
+            return d if known(d) and d != 1 else DYN
+
+        dims = [size(d, e) for d, e in zip(mine, theirs)]
+        return [_runtime_op(n, "broadcast_to", [x], {"shape": n.runtime(1, "shape")}, [dims], x.type.dtype)]
     y = n.b.broadcast_to(x, shape=n.ints(1, "shape"))
     return [x if y.type.shape == x.type.shape else y]
 
@@ -1589,10 +1628,13 @@ def gather_elements(n: Node) -> list:
         raise n.error(f"indices {idx.type} must have the rank of data {data.type}")
     if idx.type.dtype not in (DType.i32, DType.i64):
         raise n.error(f"indices must be i32 or i64, got {idx.type}")
-    bad = [k for k in range(r) if k != axis and idx.type.shape[k] > data.type.shape[k]]
+    bad = [k for k in range(r) if k != axis and known(idx.type.shape[k]) and known(data.type.shape[k])
+           and idx.type.shape[k] > data.type.shape[k]]
     if bad:
         raise n.error(f"indices {idx.type} is longer than data {data.type} along axis {bad[0]}")
     n.check_size(idx.type.shape, "indices")
+    if not (idx.type.is_static and data.type.is_static):
+        return [_gather_elements_dynamic(n, data, idx, axis)]
     strides = [int(np.prod(data.type.shape[k + 1 :])) for k in range(r)]
     offsets = np.zeros(idx.type.shape, np.int64)
     for k in range(r):
@@ -1605,6 +1647,40 @@ def gather_elements(n: Node) -> list:
     i64 = n.b.where(n.b.less(i64, n.constant(np.array(0), DType.i64)), n.b.add(i64, size), i64)
     flat = n.b.add(n.b.mul(i64, n.constant(np.array(strides[axis]), DType.i64)), n.constant(offsets, DType.i64))
     return [n.b.gather(n.b.reshape(data, shape=(-1,)), flat, axis=0)]
+
+
+def _gather_elements_dynamic(n: Node, data: Value, idx: Value, axis: int) -> Value:
+    """gather_elements where a size is `?` (BERT's token types gathered at the position ids [batch, seq]):
+    the same flat indices, with the strides and each coordinate computed at each call from the sizes (a
+    coordinate along axis k: a cumulative sum of ones over k, less one)."""
+    b, i64 = n.b, DType.i64
+    r = data.type.rank
+    sizes = b.shape(data)
+
+    def size_of(k: int) -> Value:  # data's size along k, a rank-0 i64
+        d = data.type.shape[k]
+        if known(d):
+            return n.constant(np.array(d), i64)
+        return b.reshape(b.slice(sizes, starts=[k], ends=[k + 1], axes=[0]), shape=())
+
+    def stride(k: int) -> Value:
+        out = n.constant(np.array(1), i64)
+        for j in range(k + 1, r):
+            out = b.mul(out, size_of(j))
+        return out
+
+    at = _as(n, idx, i64)
+    at = b.where(b.less(at, n.constant(np.array(0), i64)), b.add(at, size_of(axis)), at)
+    flat = b.mul(at, stride(axis))
+    where = b.shape(idx)
+    where.name = n.imp.name(f"{n.proto.output[0]}_sizes")  # (an attribute names it)
+    ones = _runtime_op(n, "broadcast_to", [n.constant(np.array(1), i64)], {"shape": ArgValue(where.name)},
+                       [idx.type.shape], i64)
+    for k in range(r):
+        if k != axis:
+            coord = b.sub(b.cumsum(ones, axis=k), ones)
+            flat = b.add(flat, b.mul(coord, stride(k)))
+    return b.gather(b.reshape(data, shape=(-1,)), flat, axis=0)
 
 
 @converts("GatherND", attrs="batch_dims")
@@ -1621,10 +1697,16 @@ def gather_nd(n: Node) -> list:
     if idx.type.dtype not in (DType.i32, DType.i64):
         raise n.error(f"indices must be i32 or i64, got {idx.type}")
     k = idx.type.shape[-1]
+    if not known(k):
+        raise n.error(f"indices {idx.type}: the length of their last axis (the coordinates of each) must be known")
     if not 1 <= k <= r - b or tuple(idx.type.shape[:b]) != tuple(data.type.shape[:b]):
         raise n.error(f"indices {idx.type} do not index data {data.type} with batch_dims {b}")
     lead = tuple(idx.type.shape[:-1])
     n.check_size(lead, "indices")
+    if not (idx.type.is_static and data.type.is_static):
+        if b:
+            raise n.error(f"batch_dims {b} with sizes known only at run time ({data.type}, {idx.type}): gc takes 0")
+        return [_gather_nd_dynamic(n, data, idx, k)]
     positions = data.type.shape[b : b + k]
     rest = data.type.shape[b + k :]
     per_batch, row = math.prod(positions), math.prod(rest)
@@ -1637,6 +1719,39 @@ def gather_nd(n: Node) -> list:
     flat = n.b.add(flat, n.constant(np.broadcast_to(batches * per_batch, lead).copy(), DType.i64))
     rows = n.b.reshape(data, shape=(math.prod(data.type.shape[:b]) * per_batch, row))
     return [n.b.reshape(n.b.gather(rows, flat, axis=0), shape=(*lead, *rest))]
+
+
+def _named(n: Node, v: Value, what: str) -> ArgValue:
+    """`v` named, for an attribute that takes it at run time."""
+    v.name = n.imp.name(f"{n.proto.output[0]}_{what}")
+    return ArgValue(v.name)
+
+
+def _gather_nd_dynamic(n: Node, data: Value, idx: Value, k: int) -> Value:
+    """gather_nd (batch_dims 0) where a size is `?` (GPT-2's causal mask as torch 2.13 exports it): the same
+    flat rows, the strides of the k indexed axes and the result's shape computed at each call."""
+    b, i64 = n.b, DType.i64
+    r, q = data.type.rank, idx.type.rank
+    sizes = b.shape(data)
+    at = _as(n, idx, i64)
+    lengths = b.slice(sizes, starts=[0], ends=[k], axes=[0])  # of the indexed axes, [k]
+    at = b.where(b.less(at, n.constant(np.array(0), i64)), b.add(at, lengths), at)
+    strides = b.cumprod(lengths, axis=0, exclusive=True, reverse=True)  # the product of the lengths after each
+    flat = b.reduce_sum(b.mul(at, strides), axes=[q - 1])
+    rest = data.type.shape[k:]
+    if static(rest):
+        rows = b.reshape(data, shape=(-1, math.prod(rest)))
+    else:
+        row = b.reduce_prod(b.slice(sizes, starts=[k], ends=[r], axes=[0]), axes=[0], keepdims=True)
+        want = _named(n, b.concat(n.constant(np.array([-1]), i64), row, axis=0), "rows")
+        rows = _runtime_op(n, "reshape", [data], {"shape": want}, [(DYN, DYN)], data.type.dtype)
+    out = b.gather(rows, flat, axis=0)
+    shape = (*idx.type.shape[:-1], *rest)
+    if static(shape):
+        return b.reshape(out, shape=shape)
+    parts = [b.slice(b.shape(idx), starts=[0], ends=[q - 1], axes=[0]), b.slice(sizes, starts=[k], ends=[r], axes=[0])]
+    want = _named(n, b.concat(*parts, axis=0), "sizes")
+    return _runtime_op(n, "reshape", [out], {"shape": want}, [shape], data.type.dtype)
 
 
 _SCATTER_REDUCTIONS = ("none", "add", "mul", "max", "min")
@@ -1861,6 +1976,8 @@ def _edge(n: Node, x: Value, axis: int, width: int, mode: str, before: bool) -> 
 
 @converts("Trilu", attrs="upper")
 def trilu(n: Node) -> list:
+    if len(n.type(0).shape) < 2:  # numpy would take a vector for a row of a matrix
+        raise n.error(f"input must have rank >= 2, got {n.type(0)}")
     if n.has(1) and n.known(1) is None:  # k given at run time (it does not change the shape)
         return [_trilu_at_run_time(n)]
     k = n.ints(1, "k") if n.has(1) else (0,)
@@ -1868,31 +1985,41 @@ def trilu(n: Node) -> list:
         raise n.error(f"k must be one integer, got {list(k)}")
     k = k[0]
     keep = np.triu if n.attr("upper", 1) else np.tril
-    if len(n.type(0).shape) < 2:  # numpy would take a vector for a row of a matrix
-        raise n.error(f"input must have rank >= 2, got {n.type(0)}")
     known = n.constants()
     if known is not None:  # a causal mask, as exporters build it
         return [keep(known[0], k)]
     x = n.x(0)
+    if not static(x.type.shape[-2:]):
+        return [_trilu_at_run_time(n, k)]
     mask = keep(n.full(x.type.shape[-2:], True, bool, "the mask"), k)
     return [n.b.where(n.constant(mask, DType.i1), x, n.scalar(0, x))]
 
 
-def _trilu_at_run_time(n: Node) -> Value:
+def _trilu_at_run_time(n: Node, k: int | None = None) -> Value:
     """x where its diagonal offset j - i is at least k (upper) or at most k (lower), for a k known only at
-    run time: the offsets a constant, compared with k."""
-    x, k = n.x(0), n.x(1)
-    if x.type.rank < 2:
-        raise n.error(f"input must have rank >= 2, got {x.type}")
-    if k.type.size != 1 or k.type.dtype not in (DType.i32, DType.i64):
-        raise n.error(f"k must be one integer, got {k.type}")
+    run time (k None: input #1) or a matrix whose sizes are: the offsets a constant, or computed at each
+    call (the coordinates as cumulative sums of ones), compared with k."""
+    x, b = n.x(0), n.b
     rows, cols = x.type.shape[-2:]
-    offsets = np.arange(cols, dtype=np.int64)[None, :] - np.arange(rows, dtype=np.int64)[:, None]
-    d = n.constant(offsets, DType.i64)
-    k = n.b.reshape(_as(n, k, DType.i64), shape=())
+    if static((rows, cols)):
+        offsets = np.arange(cols, dtype=np.int64)[None, :] - np.arange(rows, dtype=np.int64)[:, None]
+        d = n.constant(offsets, DType.i64)
+    else:
+        r = x.type.rank
+        sizes = _named(n, b.slice(b.shape(x), starts=[r - 2], ends=[r], axes=[0]), "sizes")
+        ones = _runtime_op(n, "broadcast_to", [n.constant(np.array(1), DType.i64)], {"shape": sizes}, [(rows, cols)],
+                           DType.i64)
+        d = b.sub(b.cumsum(ones, axis=1), b.cumsum(ones, axis=0))
+    if k is None:
+        k = n.x(1)
+        if k.type.size != 1 or k.type.dtype not in (DType.i32, DType.i64):
+            raise n.error(f"k must be one integer, got {k.type}")
+        k = b.reshape(_as(n, k, DType.i64), shape=())
+    else:
+        k = n.constant(np.array(k), DType.i64)
     false = n.constant(np.array(False), DType.i1)
-    keep = n.b.equal(n.b.less(d, k), false) if n.attr("upper", 1) else n.b.equal(n.b.greater(d, k), false)
-    return n.b.where(keep, x, n.scalar(0, x))
+    keep = b.equal(b.less(d, k), false) if n.attr("upper", 1) else b.equal(b.greater(d, k), false)
+    return b.where(keep, x, n.scalar(0, x))
 
 
 # --- values known at import time -------------------------------------------------------------------------
@@ -1916,35 +2043,42 @@ def constant(n: Node) -> list:
 
 @converts("ConstantOfShape", attrs="value")
 def constant_of_shape(n: Node) -> list:
-    shape = n.ints(0, "shape")
     v = n.attr("value", np.zeros(1, np.float32))
     if v.size != 1:
         raise n.error(f"value must have one element, got {v.size}")
+    if n.known(0) is None:  # a shape computed at run time: the value broadcast to it at each call
+        dtype = n.imp.numpy_dtype(v, "value")
+        scalar = n.constant(v.reshape(()), dtype)
+        dims = [e if known(e) and e >= 0 else DYN for e in _entries(n, n.x(0))]
+        return [_runtime_op(n, "broadcast_to", [scalar], {"shape": n.runtime(0, "shape")}, [dims], dtype)]
+    shape = n.ints(0, "shape")
     return [n.full(shape, v.reshape(-1)[0], v.dtype, "the output")]
 
 
 @converts("Shape", attrs="start end")
 def shape(n: Node) -> list:
-    dims = n.type(0).shape
-    dims = dims[n.attr("start", 0) : n.attr("end", len(dims))]
-    _need_sizes(n, dims)
-    return [np.array(dims, np.int64)]
+    rank = n.type(0).rank
+    start, end = (max(0, min(rank, p + rank if p < 0 else p)) for p in (n.attr("start", 0), n.attr("end", rank)))
+    dims = n.type(0).shape[start:end]
+    if static(dims):
+        return [np.array(dims, np.int64)]
+    # A `?` size: read at each call (graph.shape), where what is computed from it (a Gather, a Concat) may
+    # feed an attribute taken at run time (a Reshape's shape).
+    s = n.b.shape(n.x(0))
+    return [s if (start, end) == (0, rank) else n.b.slice(s, starts=[start], ends=[end], axes=[0])]
 
 
 @converts("Size")
 def size(n: Node) -> list:
-    _need_sizes(n, n.type(0).shape)
-    return [np.array(math.prod(n.type(0).shape), np.int64)]
-
-
-def _need_sizes(n: Node, dims: tuple) -> None:
-    """A shape read at import time must be of known sizes (GIR has no shape values yet)."""
-    if not static(dims):
-        raise SizeNeeded(f"{n.label} ({n.op_type}) reads the size of one at import time")
+    if static(n.type(0).shape):
+        return [np.array(math.prod(n.type(0).shape), np.int64)]
+    return [n.b.numel(n.x(0), dtype=DType.i64)]
 
 
 @converts("Range")
 def range_(n: Node) -> list:
+    if n.known(0) is not None and n.known(2) is not None and n.known(1) is None:
+        return [_range_to_run_time_limit(n)]
     start, limit, delta = (n.const(i, w) for i, w in ((0, "start"), (1, "limit"), (2, "delta")))
     for what, v in (("start", start), ("limit", limit), ("delta", delta)):
         if v.size != 1:
@@ -1954,6 +2088,36 @@ def range_(n: Node) -> list:
         raise n.error(f"cannot count from {start} to {limit} in steps of {delta}")
     n.check_size([max(math.ceil((limit - start) / delta), 0)], "the output")
     return [np.arange(start, limit, delta).astype(dtype)]
+
+
+def _range_to_run_time_limit(n: Node) -> Value:
+    """Range(start, limit, delta) of integers whose limit is computed at run time (an exporter's arange up
+    to the sequence length): its count max(ceil((limit - start) / delta), 0) computed at each call, ones
+    broadcast to it, then start + (their cumulative sum - 1) * delta."""
+    b = n.b
+    start, delta = (n.known(i) for i in (0, 2))
+    limit = n.x(1)
+    if start.size != 1 or delta.size != 1 or limit.type.size != 1:
+        raise n.error(f"start, limit and delta must be scalars, got {list(start.shape)}, {list(limit.type.shape)} "
+                      f"and {list(delta.shape)}")
+    dtype = limit.type.dtype
+    if not dtype.is_int or start.dtype != dtype.np or delta.dtype != dtype.np:
+        raise n.error(f"a limit computed at run time needs integer start, limit and delta of one type, got "
+                      f"{n.imp.numpy_dtype(start, 'start')}, {dtype} and {n.imp.numpy_dtype(delta, 'delta')}")
+    s, d = int(start.reshape(())), int(delta.reshape(()))
+    if d == 0:
+        raise n.error("cannot count in steps of 0")
+    # ceil((limit - s) / d) in integers, floor division of non-negative numerators only (d's sign folded in)
+    span = b.sub(b.reshape(limit, shape=()), n.constant(np.array(s), dtype)) if d > 0 else \
+        b.sub(n.constant(np.array(s), dtype), b.reshape(limit, shape=()))
+    span = b.maximum(span, n.constant(np.array(0), dtype))
+    count = b.div(b.add(span, n.constant(np.array(abs(d) - 1), dtype)), n.constant(np.array(abs(d)), dtype))
+    sizes = b.reshape(count, shape=(1,))
+    sizes.name = n.imp.name(f"{n.proto.output[0]}_count")  # (an attribute names it)
+    ones = _runtime_op(n, "broadcast_to", [n.constant(np.array(1), dtype)], {"shape": ArgValue(sizes.name)},
+                       [(DYN,)], dtype)
+    steps = b.sub(b.cumsum(ones, axis=0), ones)
+    return b.add(b.mul(steps, n.constant(np.array(d), dtype)), n.constant(np.array(s), dtype))
 
 
 # --- attention ----------------------------------------------------------------------------------------

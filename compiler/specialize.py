@@ -43,9 +43,15 @@ def _sources(f: Func) -> tuple[set[Op], set[Value]]:
     """(the ops computing the values that attributes take at run time, the values they and the attributes
     read): what specialization evaluates before it binds them."""
     values = {v.name: v for v in f.values()}
-    todo = [values[ref.name] for op in f.ops for ref in op.runtime_attrs().values() if ref.name in values]
-    ops: set[Op] = set()
-    seen: set[Value] = set()
+    return computed_from([values[ref.name] for op in f.ops for ref in op.runtime_attrs().values()
+                          if ref.name in values], values)
+
+
+def computed_from(start: list[Value], by_name: dict[str, Value]) -> tuple[set[Op], set[Value]]:
+    """(the ops `start` is computed by, every value they read and `start`), back to arguments and
+    constants, and through the values attributes take; not past an op that reads its operands' sizes only
+    (graph.shape). `by_name` finds the values attributes name."""
+    todo, ops, seen = list(start), set(), set()
     while todo:
         v = todo.pop()
         if v in seen:
@@ -55,7 +61,7 @@ def _sources(f: Func) -> tuple[set[Op], set[Value]]:
             ops.add(v.owner)
             if not v.owner.reads_sizes_only:
                 todo.extend(v.owner.operands)
-            todo.extend(values[ref.name] for ref in v.owner.runtime_attrs().values() if ref.name in values)
+            todo.extend(by_name[ref.name] for ref in v.owner.runtime_attrs().values() if ref.name in by_name)
     return ops, seen
 
 

@@ -60,21 +60,13 @@ def _verify_runtime_attrs(op: Op, defined: set[Value], diag: DiagnosticCollector
 
 
 def data_read(v: Value, by_name: dict[str, Value]) -> Value | None:
-    """The first argument `v` is computed from that is no static tensor of rank 0 or 1 (data, whose value
+    """An argument (the first by name) `v` is computed from that is no static tensor of rank 0 or 1 (data, whose value
     no specialization could key on), or None. Ops that read only sizes (graph.shape) end the walk."""
-    todo, seen = [v], set()
-    while todo:
-        u = todo.pop()
-        if u in seen:
-            continue
-        seen.add(u)
-        if u.owner is None:
-            if u.type is not None and not (u.type.is_static and u.type.rank <= 1):
-                return u
-        elif not u.owner.reads_sizes_only:
-            todo.extend(u.owner.operands)
-            todo.extend(by_name[r.name] for r in u.owner.runtime_attrs().values() if r.name in by_name)
-    return None
+    from compiler.specialize import computed_from
+
+    data = [u for u in computed_from([v], by_name)[1] if u.owner is None and u.type is not None
+            and not (u.type.is_static and u.type.rank <= 1)]
+    return min(data, key=lambda u: u.name or "") if data else None
 
 
 def _verify_op(op: Op, module: Module, diag: DiagnosticCollector, infer_missing: bool) -> None:

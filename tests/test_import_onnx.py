@@ -881,17 +881,21 @@ def test_named_axes_stay_dynamic() -> None:
     np.testing.assert_allclose(y, np.maximum(x, 0) @ w, rtol=1e-6)
 
 
+def rnn_over(named: int):
+    """An RNN over x [seq, batch, 4] (2x3x4), axis `named` of x named: gc unrolls the sequence, so it must
+    know its length at import."""
+    model = make_model([node("RNN", ["x", "w", "r"], ["y"], hidden_size=5)], X, ["y"],
+                       inits={"w": rand(1, 5, 4), "r": rand(1, 5, 5)})
+    model.graph.input[0].type.tensor_type.shape.dim[named].dim_param = "n"
+    return model
+
+
 def test_a_size_the_import_must_know_keeps_the_named_axes_static_with_a_note() -> None:
-    """A Range of floats up to a size read at run time has no run-time form in GIR: the import is made as
-    before dynamic shapes (a leading axis at 1), and says why."""
-    nodes = [node("Shape", ["x"], ["s"]), node("Gather", ["s", "zero"], ["n"]), node("Cast", ["n"], ["f"], to=1),
-             node("Range", ["start", "f", "step"])]
-    model = make_model(nodes, X, ["y"], inits={"zero": np.array(0, np.int64), "start": np.array(0, np.float32),
-                                               "step": np.array(1, np.float32)})
-    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
-    imported = import_onnx(model)
+    """A size the import itself must know (an RNN's sequence, unrolled): the import is made as before
+    dynamic shapes (a leading axis at 1), and says why."""
+    imported = import_onnx(rnn_over(0))
     assert imported.module["main"].args[0].type.shape == (1, 3, 4)
-    assert "kept the named axes 'batch' (x[0]) static" in imported.note and "Range" in imported.note
+    assert "kept the named axes 'n' (x[0]) static" in imported.note and "RNN" in imported.note
 
 
 # Sizes read at each call (Shape, Size) and what models compute from them: a Reshape's shape, an Expand's,
@@ -916,6 +920,11 @@ DYNAMIC_CASES = [
                   node("CumSum", ["c", "one1"], ["cs"], reverse=1), node("Sub", ["cs", "c"], ["i"]),
                   node("GatherElements", ["x", "i"], ["y"], axis=1)], id="gather-elements"),  # seq reversed
     pytest.param([node("Size", ["x"], ["n"]), node("Cast", ["n"], ["f"], to=1), node("Mul", ["x", "f"])], id="size"),
+    pytest.param([node("Shape", ["x"], ["s"]), node("Gather", ["s", "one"], ["n"]), node("Cast", ["n"], ["f"], to=1),
+                  node("Squeeze", ["f"], ["k"]), node("Range", ["fstart", "k", "fstep"], ["p"]),
+                  node("Unsqueeze", ["p", "minus1"], ["u"]), node("Mul", ["x", "u"])], id="range-of-floats"),
+    pytest.param([node("Shape", ["x"], ["s"]), node("Gather", ["s", "one"], ["n"]), node("Cast", ["n"], ["f"], to=1),
+                  node("Squeeze", ["f"], ["k"]), node("Range", ["half", "k", "step3"])], id="range-count"),  # ceil
     pytest.param([node("Shape", ["x"], ["s"], start=0, end=2), node("Concat", ["s", "one"], ["t"], axis=0),
                   node("ConstantOfShape", ["t"], ["c"], value=numpy_helper.from_array(np.array([1], np.int64))),
                   node("CumSum", ["c", "zero1"], ["cs"]), node("Sub", ["cs", "c"], ["i"]),
@@ -928,7 +937,9 @@ DYNAMIC_CASES = [
 @pytest.mark.parametrize("nodes", DYNAMIC_CASES)
 def test_sizes_computed_at_each_call_keep_the_named_axes_dynamic(nodes) -> None:
     inits = {**SIZES, "start": np.array(0, np.int64), "step": np.array(1, np.int64), "one1": np.array(1, np.int64),
-             "zero1": np.array(0, np.int64), "kk": np.array(1, np.int64)}
+             "zero1": np.array(0, np.int64), "kk": np.array(1, np.int64),
+             "fstart": np.array(0.25, np.float32), "fstep": np.array(1.0, np.float32),
+             "half": np.array(0.5, np.float32), "step3": np.array(0.75, np.float32)}
     used = {i for n in nodes for i in n.input}
     model = make_model(nodes, X, ["y"], inits={k: v for k, v in inits.items() if k in used})
     for d, name in ((0, "batch"), (1, "seq")):
@@ -1005,13 +1016,10 @@ def test_graph_op_diagnostic_names_the_node() -> None:
 
 
 def test_symbolic_inner_dimension_kept_static_without_input_shape_is_an_error() -> None:
-    nodes = [node("Shape", ["x"], ["s"]), node("Gather", ["s", "zero"], ["n"]), node("Cast", ["n"], ["f"], to=1),
-             node("Range", ["start", "f", "step"])]
-    model = make_model(nodes, X, ["y"], inits={"zero": np.array(0, np.int64), "start": np.array(0, np.float32),
-                                               "step": np.array(1, np.float32)})
+    model = rnn_over(0)
     model.graph.input[0].type.tensor_type.shape.dim[2].dim_param = "seq"
     msg = import_error(model)
-    assert "input 'x' has the symbolic dimension 'seq' at position 2: give its size with --input-shape x=2x3xN" in msg
+    assert "input 'x' has the symbolic dimension 'seq' at position 2: give its size with --input-shape x=1x3xN" in msg
 
 
 def test_input_shape_that_contradicts_the_model_is_an_error() -> None:

@@ -2091,9 +2091,9 @@ def range_(n: Node) -> list:
 
 
 def _range_to_run_time_limit(n: Node) -> Value:
-    """Range(start, limit, delta) of integers whose limit is computed at run time (an exporter's arange up
-    to the sequence length): its count max(ceil((limit - start) / delta), 0) computed at each call, ones
-    broadcast to it, then start + (their cumulative sum - 1) * delta."""
+    """Range(start, limit, delta) whose limit is computed at run time (an exporter's arange up to the sequence
+    length, a window function's): its count max(ceil((limit - start) / delta), 0) computed at each call,
+    ones broadcast to it, then start + (their cumulative sum - 1) * delta."""
     b = n.b
     start, delta = (n.known(i) for i in (0, 2))
     limit = n.x(1)
@@ -2101,23 +2101,29 @@ def _range_to_run_time_limit(n: Node) -> Value:
         raise n.error(f"start, limit and delta must be scalars, got {list(start.shape)}, {list(limit.type.shape)} "
                       f"and {list(delta.shape)}")
     dtype = limit.type.dtype
-    if not dtype.is_int or start.dtype != dtype.np or delta.dtype != dtype.np:
-        raise n.error(f"a limit computed at run time needs integer start, limit and delta of one type, got "
-                      f"{n.imp.numpy_dtype(start, 'start')}, {dtype} and {n.imp.numpy_dtype(delta, 'delta')}")
-    s, d = int(start.reshape(())), int(delta.reshape(()))
-    if d == 0:
-        raise n.error("cannot count in steps of 0")
-    # ceil((limit - s) / d) in integers, floor division of non-negative numerators only (d's sign folded in)
-    span = b.sub(b.reshape(limit, shape=()), n.constant(np.array(s), dtype)) if d > 0 else \
-        b.sub(n.constant(np.array(s), dtype), b.reshape(limit, shape=()))
-    span = b.maximum(span, n.constant(np.array(0), dtype))
-    count = b.div(b.add(span, n.constant(np.array(abs(d) - 1), dtype)), n.constant(np.array(abs(d)), dtype))
+    if start.dtype != dtype.np or delta.dtype != dtype.np or not (dtype.is_int or dtype.is_float):
+        raise n.error(f"start, limit and delta must be numbers of one type, got {n.imp.numpy_dtype(start, 'start')}, "
+                      f"{dtype} and {n.imp.numpy_dtype(delta, 'delta')}")
+    s, d = start.reshape(()).item(), delta.reshape(()).item()
+    if d == 0 or not math.isfinite(s) or not math.isfinite(d):
+        raise n.error(f"cannot count from {s} in steps of {d}")
+
+    def const(v) -> Value:
+        return n.constant(np.array(v), dtype)
+
+    limit = b.reshape(limit, shape=())
+    if dtype.is_int:  # ceil((limit - s) / d), as a floor division of a non-negative numerator (d's sign folded in)
+        span = b.maximum(b.sub(limit, const(s)) if d > 0 else b.sub(const(s), limit), const(0))
+        count = b.div(b.add(span, const(abs(d) - 1)), const(abs(d)))
+    else:  # the quotient's integer part, plus one where a fraction is left
+        q = b.maximum(b.div(b.sub(limit, const(s)), const(d)), const(0))
+        whole = b.cast(q, dtype=DType.i64)
+        count = b.add(whole, b.cast(b.greater(q, b.cast(whole, dtype=dtype)), dtype=DType.i64))
     sizes = b.reshape(count, shape=(1,))
     sizes.name = n.imp.name(f"{n.proto.output[0]}_count")  # (an attribute names it)
-    ones = _runtime_op(n, "broadcast_to", [n.constant(np.array(1), dtype)], {"shape": ArgValue(sizes.name)},
-                       [(DYN,)], dtype)
+    ones = _runtime_op(n, "broadcast_to", [const(1)], {"shape": ArgValue(sizes.name)}, [(DYN,)], dtype)
     steps = b.sub(b.cumsum(ones, axis=0), ones)
-    return b.add(b.mul(steps, n.constant(np.array(d), dtype)), n.constant(np.array(s), dtype))
+    return b.add(b.mul(steps, const(d)), const(s))
 
 
 # --- attention ----------------------------------------------------------------------------------------

@@ -21,7 +21,6 @@ import numpy as np
 
 from compiler.ir import DYN, ArgValue, DType, TensorType, Value, known, static
 from dialects.graph.common import cast_to
-from dialects.graph.elementwise import Where
 from dialects.graph.nn import pool_out
 from dialects.graph.shape import Concat
 
@@ -1207,8 +1206,6 @@ def _entries(n: Node, v: Value) -> list:
     op = v.owner
     if isinstance(op, Concat) and all(u.type.rank == 1 and u.type.is_static for u in op.operands):
         return [e for u in op.operands for e in _entries(n, u)]
-    if isinstance(op, Where):
-        return [e if e != 0 else DYN for e in _entries(n, op.operands[2])]  # (allowzero's guard: 0 -> -2)
     return [DYN] * v.type.size
 
 

@@ -1209,6 +1209,12 @@ def _entries(n: Node, v: Value) -> list:
     return [DYN] * v.type.size
 
 
+def _named(n: Node, v: Value, what: str) -> ArgValue:
+    """`v` named, for an attribute that takes it at run time."""
+    v.name = n.imp.name(f"{n.proto.output[0]}_{what}")
+    return ArgValue(v.name)
+
+
 def _runtime_op(n: Node, short: str, operands: list, attrs: dict, shapes: list, dtype: DType, many: bool = False):
     """graph.<short> with an attribute taken at run time from an input of the model (`{shape = %shape}`): its
     results typed here, `?` where the value decides the size; the function is specialized to each call's values."""
@@ -1227,9 +1233,8 @@ def reshape(n: Node) -> list:
             # the input's size". A shape computed from sizes holds a 0 only for an empty tensor: such a call is
             # an error (a size of -2), never a different result. (A shape fed as an input: not taken.)
             s = n.x(1)
-            s = n.b.where(n.b.equal(s, n.constant(np.array(0), s.type.dtype)), n.constant(np.array(-2), s.type.dtype), s)
-            s.name = n.imp.name(f"{n.proto.input[1]}_nonzero")  # (an attribute names it)
-            shape = ArgValue(s.name)
+            shape = _named(n, n.b.where(n.b.equal(s, n.constant(np.array(0), s.type.dtype)),
+                                        n.constant(np.array(-2), s.type.dtype), s), "shape")
         dims = [DYN if d in (-1, 0) else d for d in _entries(n, n.x(1))]  # (0 keeps a size: which, at each call)
         return [_runtime_op(n, "reshape", [x], {"shape": shape}, [dims], x.type.dtype)]
     want = tuple(n.attr("shape")) if n.opset < 5 else n.ints(1, "shape")
@@ -1669,9 +1674,7 @@ def _gather_elements_dynamic(n: Node, data: Value, idx: Value, axis: int) -> Val
     at = _as(n, idx, i64)
     at = b.where(b.less(at, n.constant(np.array(0), i64)), b.add(at, size_of(axis)), at)
     flat = b.mul(at, stride(axis))
-    where = b.shape(idx)
-    where.name = n.imp.name(f"{n.proto.output[0]}_sizes")  # (an attribute names it)
-    ones = _runtime_op(n, "broadcast_to", [n.constant(np.array(1), i64)], {"shape": ArgValue(where.name)},
+    ones = _runtime_op(n, "broadcast_to", [n.constant(np.array(1), i64)], {"shape": _named(n, b.shape(idx), "sizes")},
                        [idx.type.shape], i64)
     for k in range(r):
         if k != axis:
@@ -1716,12 +1719,6 @@ def gather_nd(n: Node) -> list:
     flat = n.b.add(flat, n.constant(np.broadcast_to(batches * per_batch, lead).copy(), DType.i64))
     rows = n.b.reshape(data, shape=(math.prod(data.type.shape[:b]) * per_batch, row))
     return [n.b.reshape(n.b.gather(rows, flat, axis=0), shape=(*lead, *rest))]
-
-
-def _named(n: Node, v: Value, what: str) -> ArgValue:
-    """`v` named, for an attribute that takes it at run time."""
-    v.name = n.imp.name(f"{n.proto.output[0]}_{what}")
-    return ArgValue(v.name)
 
 
 def _gather_nd_dynamic(n: Node, data: Value, idx: Value, k: int) -> Value:
@@ -2116,9 +2113,8 @@ def _range_to_run_time_limit(n: Node) -> Value:
         q = b.maximum(b.div(b.sub(limit, const(s)), const(d)), const(0))
         whole = b.cast(q, dtype=DType.i64)
         count = b.add(whole, b.cast(b.greater(q, b.cast(whole, dtype=dtype)), dtype=DType.i64))
-    sizes = b.reshape(count, shape=(1,))
-    sizes.name = n.imp.name(f"{n.proto.output[0]}_count")  # (an attribute names it)
-    ones = _runtime_op(n, "broadcast_to", [const(1)], {"shape": ArgValue(sizes.name)}, [(DYN,)], dtype)
+    sizes = _named(n, b.reshape(count, shape=(1,)), "count")
+    ones = _runtime_op(n, "broadcast_to", [const(1)], {"shape": sizes}, [(DYN,)], dtype)
     steps = b.sub(b.cumsum(ones, axis=0), ones)
     return b.add(b.mul(steps, const(d)), const(s))
 

@@ -1002,6 +1002,18 @@ def test_a_shape_computed_from_an_input_of_the_model_takes_its_value_at_each_cal
         np.testing.assert_array_equal(compiler.run(imported.module, {"x": x, "s": s})[0], x.reshape(np.abs(s)))
 
 
+@pytest.mark.parametrize("dtype", [np.int32, np.float32])
+def test_a_range_of_bounds_fed_as_inputs_counts_at_each_call(dtype) -> None:
+    model = make_model([node("Range", ["a", "b", "d"])], {k: np.array(1, dtype) for k in "abd"}, ["y"])
+    imported = import_onnx(model)
+    compiled = compiler.compile(imported.module, "llvm", cache=False)
+    for a, b, d in ((0, 5, 1), (10, 1, -3), (2, 2, 1), (1.5, 4, 0.75) if dtype == np.float32 else (-4, 9, 4)):
+        feeds = {k: np.array(v, dtype) for k, v in zip("abd", (a, b, d))}
+        want = np.arange(a, b, d).astype(dtype)
+        np.testing.assert_array_equal(compiler.run(imported.module, feeds)[0], want)
+        np.testing.assert_array_equal(compiled(**feeds)[0], want)
+
+
 def test_a_shape_computed_from_the_data_is_an_error() -> None:
     nodes = [node("ReduceMax", ["x"], ["m"], keepdims=0), node("Cast", ["m"], ["c"], to=7),
              node("Unsqueeze", ["c", "zero"], ["t"]), node("Reshape", ["x", "t"])]

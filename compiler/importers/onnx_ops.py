@@ -2071,8 +2071,8 @@ def size(n: Node) -> list:
 
 @converts("Range")
 def range_(n: Node) -> list:
-    if n.known(0) is not None and n.known(2) is not None and n.known(1) is None:
-        return [_range_to_run_time_limit(n)]
+    if any(n.known(i) is None for i in range(3)):
+        return [_range_at_run_time(n)]
     start, limit, delta = (n.const(i, w) for i, w in ((0, "start"), (1, "limit"), (2, "delta")))
     for what, v in (("start", start), ("limit", limit), ("delta", delta)):
         if v.size != 1:
@@ -2084,39 +2084,40 @@ def range_(n: Node) -> list:
     return [np.arange(start, limit, delta).astype(dtype)]
 
 
-def _range_to_run_time_limit(n: Node) -> Value:
-    """Range(start, limit, delta) whose limit is computed at run time (an exporter's arange up to the sequence
-    length, a window function's): its count max(ceil((limit - start) / delta), 0) computed at each call,
-    ones broadcast to it, then start + (their cumulative sum - 1) * delta."""
+def _range_at_run_time(n: Node) -> Value:
+    """Range(start, limit, delta) with a bound computed at run time (an exporter's arange up to the sequence
+    length, a window function's, or bounds fed as inputs): its count max(ceil((limit - start) / delta), 0)
+    computed at each call, ones broadcast to it, then start + (their cumulative sum - 1) * delta."""
     b = n.b
-    start, delta = (n.known(i) for i in (0, 2))
-    limit = n.x(1)
-    if start.size != 1 or delta.size != 1 or limit.type.size != 1:
-        raise n.error(f"start, limit and delta must be scalars, got {list(start.shape)}, {list(limit.type.shape)} "
-                      f"and {list(delta.shape)}")
-    dtype = limit.type.dtype
-    if start.dtype != dtype.np or delta.dtype != dtype.np or not (dtype.is_int or dtype.is_float):
-        raise n.error(f"start, limit and delta must be numbers of one type, got {n.imp.numpy_dtype(start, 'start')}, "
-                      f"{dtype} and {n.imp.numpy_dtype(delta, 'delta')}")
-    s, d = start.reshape(()).item(), delta.reshape(()).item()
-    if d == 0 or not math.isfinite(s) or not math.isfinite(d):
-        raise n.error(f"cannot count from {s} in steps of {d}")
+    xs = [n.x(i) for i in range(3)]
+    dtype = xs[1].type.dtype
+    if any(v.type.size != 1 for v in xs):
+        raise n.error(f"start, limit and delta must be scalars, got {', '.join(str(v.type) for v in xs)}")
+    if any(v.type.dtype != dtype for v in xs) or not (dtype.is_int or dtype.is_float):
+        raise n.error(f"start, limit and delta must be numbers of one type, got {', '.join(str(v.type) for v in xs)}")
+    start, limit, delta = (b.reshape(v, shape=()) for v in xs)
+    s, d = (n.known(i) for i in (0, 2))
+    if s is not None and d is not None and (d == 0 or not np.all(np.isfinite(s)) or not np.all(np.isfinite(d))):
+        raise n.error(f"cannot count from {s.item()} in steps of {d.item()}")
 
     def const(v) -> Value:
         return n.constant(np.array(v), dtype)
 
-    limit = b.reshape(limit, shape=())
-    if dtype.is_int:  # ceil((limit - s) / d), as a floor division of a non-negative numerator (d's sign folded in)
-        span = b.maximum(b.sub(limit, const(s)) if d > 0 else b.sub(const(s), limit), const(0))
+    if dtype.is_int and s is not None and d is not None:
+        # ceil((limit - s) / d) exactly: a floor division of a non-negative numerator (d's sign folded in)
+        d = d.item()
+        span = b.maximum(b.sub(limit, start) if d > 0 else b.sub(start, limit), const(0))
         count = b.div(b.add(span, const(abs(d) - 1)), const(abs(d)))
-    else:  # the quotient's integer part, plus one where a fraction is left
-        q = b.maximum(b.div(b.sub(limit, const(s)), const(d)), const(0))
+    else:  # in floats: the quotient's integer part, plus one where a fraction is left
+        real = dtype if dtype in (DType.f32, DType.f64) else DType.f64 if dtype.is_int else DType.f32
+        q = b.div(b.sub(cast_to(b, limit, real), cast_to(b, start, real)), cast_to(b, delta, real))
+        q = b.maximum(q, n.constant(np.array(0), real))
         whole = b.cast(q, dtype=DType.i64)
-        count = b.add(whole, b.cast(b.greater(q, b.cast(whole, dtype=dtype)), dtype=DType.i64))
+        count = b.add(whole, b.cast(b.greater(q, b.cast(whole, dtype=real)), dtype=DType.i64))
     sizes = _named(n, b.reshape(count, shape=(1,)), "count")
     ones = _runtime_op(n, "broadcast_to", [const(1)], {"shape": sizes}, [(DYN,)], dtype)
     steps = b.sub(b.cumsum(ones, axis=0), ones)
-    return b.add(b.mul(steps, const(d)), const(s))
+    return b.add(b.mul(steps, delta), start)
 
 
 # --- attention ----------------------------------------------------------------------------------------

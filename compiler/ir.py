@@ -224,6 +224,12 @@ def prefix_chains(ops: list) -> dict:
     return out
 
 
+def stand_in(t: TensorType) -> np.ndarray:
+    """An array of `t`'s shape and dtype whose values nothing reads (zero-strided: no memory), for an op
+    that reads only its operands' sizes (`Op.reads_sizes_only`)."""
+    return np.broadcast_to(np.zeros((), t.dtype.np), t.shape)
+
+
 def static(shape) -> bool:
     """Whether every dimension of `shape` is a size."""
     return all(known(d) for d in shape)
@@ -713,6 +719,10 @@ class Op:
     def runtime_attrs(self) -> dict[str, ArgValue]:
         """The attributes taken at run time from arguments (`{axes = %axes}`), by name."""
         return {k: v for k, v in self.attrs.items() if isinstance(v, ArgValue)}
+
+    def attribute_values(self, by_name: dict[str, Value]) -> list[Value]:
+        """The values its attributes taken at run time name, found in `by_name` (a function's, by name)."""
+        return [by_name[r.name] for r in self.runtime_attrs().values() if r.name in by_name]
 
     def _runtime_list(self) -> str:
         return ", ".join(f"{k} = {v}" for k, v in self.runtime_attrs().items())

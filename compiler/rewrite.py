@@ -79,7 +79,7 @@ def erase_dead_ops(f: Func) -> int:
     by_name = {v.name: v for v in f.values()} if any(op.runtime_attrs() for op in f.ops) else {}
 
     def reads(op: Op) -> list:
-        return [*op.operands, *(by_name[r.name] for r in op.runtime_attrs().values() if r.name in by_name)]
+        return [*op.operands, *op.attribute_values(by_name)]
 
     uses = Counter(v for op in f.ops for v in reads(op))
     uses.update(f.results)

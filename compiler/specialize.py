@@ -17,7 +17,7 @@ import weakref
 import numpy as np
 
 from compiler.diagnostics import Diagnostic, GCError
-from compiler.ir import Func, Module, Op, Value, known
+from compiler.ir import Func, Module, Op, Value, known, stand_in
 
 _CACHE: weakref.WeakKeyDictionary[Func, dict[tuple, tuple[tuple, Func]]] = weakref.WeakKeyDictionary()
 
@@ -43,8 +43,7 @@ def _sources(f: Func) -> tuple[set[Op], set[Value]]:
     """(the ops computing the values that attributes take at run time, the values they and the attributes
     read): what specialization evaluates before it binds them."""
     values = {v.name: v for v in f.values()}
-    return computed_from([values[ref.name] for op in f.ops for ref in op.runtime_attrs().values()
-                          if ref.name in values], values)
+    return computed_from([v for op in f.ops for v in op.attribute_values(values)], values)
 
 
 def computed_from(start: list[Value], by_name: dict[str, Value]) -> tuple[set[Op], set[Value]]:
@@ -61,7 +60,7 @@ def computed_from(start: list[Value], by_name: dict[str, Value]) -> tuple[set[Op
             ops.add(v.owner)
             if not v.owner.reads_sizes_only:
                 todo.extend(v.owner.operands)
-            todo.extend(by_name[ref.name] for ref in v.owner.runtime_attrs().values() if ref.name in by_name)
+            todo.extend(v.owner.attribute_values(by_name))
     return ops, seen
 
 
@@ -140,7 +139,7 @@ def _evaluate(op: Op, given: dict[str, np.ndarray]) -> list[np.ndarray]:
     args = []
     for v in op.operands:
         if op.reads_sizes_only:
-            args.append(np.broadcast_to(np.zeros((), v.type.dtype.np), v.type.shape))
+            args.append(stand_in(v.type))
         elif v.name in given:
             args.append(given[v.name])
         else:

@@ -60,8 +60,8 @@ def _verify_runtime_attrs(op: Op, defined: set[Value], diag: DiagnosticCollector
 
 
 def data_read(v: Value, by_name: dict[str, Value]) -> Value | None:
-    """An argument (the first by name) `v` is computed from that is no static tensor of rank 0 or 1 (data, whose value
-    no specialization could key on), or None. Ops that read only sizes (graph.shape) end the walk."""
+    """An argument (the first by name) `v` is computed from that is no static tensor of rank 0 or 1 (data,
+    whose value no specialization could key on), or None. Ops that read only sizes (graph.shape) end the walk."""
     from compiler.specialize import computed_from
 
     data = [u for u in computed_from([v], by_name)[1] if u.owner is None and u.type is not None

@@ -1215,6 +1215,17 @@ def _named(n: Node, v: Value, what: str) -> ArgValue:
     return ArgValue(v.name)
 
 
+def _ones(n: Node, sizes: ArgValue, shape: tuple, dtype: DType) -> Value:
+    """Ones of the shape that the value `sizes` holds at each call (typed `shape`): what the run-time forms
+    count coordinates with."""
+    return _runtime_op(n, "broadcast_to", [n.constant(np.array(1), dtype)], {"shape": sizes}, [shape], dtype)
+
+
+def _coordinates(n: Node, ones: Value, axis: int) -> Value:
+    """Each element's index along `axis` (0, 1, 2, ...): the cumulative sum of `ones` less one."""
+    return n.b.sub(n.b.cumsum(ones, axis=axis), ones)
+
+
 def _runtime_op(n: Node, short: str, operands: list, attrs: dict, shapes: list, dtype: DType, many: bool = False):
     """graph.<short> with an attribute taken at run time from an input of the model (`{shape = %shape}`): its
     results typed here, `?` where the value decides the size; the function is specialized to each call's values."""
@@ -1674,12 +1685,10 @@ def _gather_elements_dynamic(n: Node, data: Value, idx: Value, axis: int) -> Val
     at = _as(n, idx, i64)
     at = b.where(b.less(at, n.constant(np.array(0), i64)), b.add(at, size_of(axis)), at)
     flat = b.mul(at, stride(axis))
-    ones = _runtime_op(n, "broadcast_to", [n.constant(np.array(1), i64)], {"shape": _named(n, b.shape(idx), "sizes")},
-                       [idx.type.shape], i64)
+    ones = _ones(n, _named(n, b.shape(idx), "sizes"), idx.type.shape, i64)
     for k in range(r):
         if k != axis:
-            coord = b.sub(b.cumsum(ones, axis=k), ones)
-            flat = b.add(flat, b.mul(coord, stride(k)))
+            flat = b.add(flat, b.mul(_coordinates(n, ones, k), stride(k)))
     return b.gather(b.reshape(data, shape=(-1,)), flat, axis=0)
 
 
@@ -2001,9 +2010,8 @@ def _trilu_at_run_time(n: Node, k: int | None = None) -> Value:
     else:
         r = x.type.rank
         sizes = _named(n, b.slice(b.shape(x), starts=[r - 2], ends=[r], axes=[0]), "sizes")
-        ones = _runtime_op(n, "broadcast_to", [n.constant(np.array(1), DType.i64)], {"shape": sizes}, [(rows, cols)],
-                           DType.i64)
-        d = b.sub(b.cumsum(ones, axis=1), b.cumsum(ones, axis=0))
+        ones = _ones(n, sizes, (rows, cols), DType.i64)
+        d = b.sub(b.cumsum(ones, axis=1), b.cumsum(ones, axis=0))  # column less row
     if k is None:
         k = n.x(1)
         if k.type.size != 1 or k.type.dtype not in (DType.i32, DType.i64):
@@ -2114,9 +2122,7 @@ def _range_at_run_time(n: Node) -> Value:
         q = b.maximum(q, n.constant(np.array(0), real))
         whole = b.cast(q, dtype=DType.i64)
         count = b.add(whole, b.cast(b.greater(q, b.cast(whole, dtype=real)), dtype=DType.i64))
-    sizes = _named(n, b.reshape(count, shape=(1,)), "count")
-    ones = _runtime_op(n, "broadcast_to", [const(1)], {"shape": sizes}, [(DYN,)], dtype)
-    steps = b.sub(b.cumsum(ones, axis=0), ones)
+    steps = _coordinates(n, _ones(n, _named(n, b.reshape(count, shape=(1,)), "count"), (DYN,), dtype), 0)
     return b.add(b.mul(steps, delta), start)
 
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from compiler.diagnostics import GCError, Location
-from compiler.ir import Dense, Func, Module, Op, Value
+from compiler.ir import Dense, Func, Module, Op, Value, stand_in
 from compiler.passes import Pass
 from dialects.graph.creation import Call, Constant
 
@@ -62,8 +62,8 @@ class FoldConstants(Pass):
             return None
         try:
             with np.errstate(all="ignore"):  # inf and nan are values like any other, as at run time
-                values = op.evaluate([np.broadcast_to(np.zeros((), v.type.dtype.np), v.type.shape) if op.reads_sizes_only
-                                      else np.array(v.owner.value.array) for v in op.operands])
+                values = op.evaluate([stand_in(v.type) if op.reads_sizes_only else np.array(v.owner.value.array)
+                                      for v in op.operands])
         except GCError:
             self.stats["not-folded-error"] += 1
             return None

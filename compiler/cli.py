@@ -305,8 +305,10 @@ def _parser() -> argparse.ArgumentParser:
                         description="Convert an ONNX model into a .gir module with one function, @main: the "
                         "model's inputs are its first arguments, the weights (floating-point initializers) the "
                         "rest, written to an .npz beside the .gir (or constants in it with --embed-weights). "
-                        "Each op line names the ONNX node it came from in a comment. Shapes are static: "
-                        "give symbolic dimensions with --input-shape (a leading one, the batch, is 1). "
+                        "Each op line names the ONNX node it came from in a comment. A named (symbolic) "
+                        "dimension stays ?, a size known at each call, also where the model computes shapes "
+                        "from it (a transformer's reshapes), unless --input-shape pins it; where the import "
+                        "itself must know it (an RNN's sequence), the axes are kept static and it says so. "
                         "Needs the onnx package.",
                         formatter_class=argparse.RawDescriptionHelpFormatter,
                         epilog="examples:\n  gc import model.onnx -o model.gir\n"
@@ -316,7 +318,8 @@ def _parser() -> argparse.ArgumentParser:
     im.add_argument("-o", "--output", metavar="OUT.gir",
                     help="where to write the module (default: MODEL.gir here); the weights go to OUT.npz")
     im.add_argument("--input-shape", metavar="NAME=D1xD2x...", action="append", default=[],
-                    help="the shape of an input with symbolic dimensions, e.g. input=1x3x224x224 (repeatable)")
+                    help="pin the shape of an input with symbolic dimensions, e.g. input=1x3x224x224 "
+                         "(repeatable)")
     im.add_argument("--embed-weights", action="store_true",
                     help="write the weights into the .gir as constants instead of an .npz")
     im.set_defaults(func=_cmd_import)

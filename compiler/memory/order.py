@@ -19,8 +19,15 @@ def choose_order(f: Func, policy: str = "auto", exact_limit: int = 12, align: in
     if policy == "file":
         return list(g.ops)
     if policy in ("exact", "auto") and len(g.ops) <= exact_limit:
-        return g.exact()
-    return g.greedy()
+        best = g.exact()
+        if best is not None:
+            return best
+    # The list scheduler looks one kernel ahead: where the file's order peaks lower, that order is kept
+    # (a search too large for `exact` must never do worse than the text it was given).
+    from compiler.memory.liveness import peak_bytes
+
+    greedy = g.greedy()
+    return greedy if peak_bytes(f, greedy, align) <= peak_bytes(f, g.ops, align) else list(g.ops)
 
 
 class _Graph:
@@ -75,8 +82,9 @@ class _Graph:
                     ready.append(s)
         return [self.ops[i] for i in order]
 
-    def exact(self) -> list[Op]:
-        """Minimum-peak order: best-first over sets of run kernels, ordered by the peak so far."""
+    def exact(self) -> list[Op] | None:
+        """Minimum-peak order: best-first over sets of run kernels, ordered by the peak so far (None past
+        MAX_STATES sets)."""
         n = len(self.ops)
         preds = [sum(1 << p for p in ps) for ps in self.preds]
         full = (1 << n) - 1
@@ -100,7 +108,7 @@ class _Graph:
                 continue
             expanded += 1
             if expanded > MAX_STATES:
-                return self.greedy()
+                return None
             base = alive(done)
             for i in range(n):
                 if done >> i & 1 or preds[i] & ~done:

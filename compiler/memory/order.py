@@ -18,12 +18,14 @@ def choose_order(f: Func, policy: str = "auto", exact_limit: int = 12, align: in
     g = _Graph(f, align)
     if policy == "file":
         return list(g.ops)
-    if policy in ("exact", "auto") and len(g.ops) <= exact_limit:
+    if policy == "greedy":
+        return g.greedy()
+    if len(g.ops) <= exact_limit:
         best = g.exact()
         if best is not None:
             return best
-    # The list scheduler looks one kernel ahead: where the file's order peaks lower, that order is kept
-    # (a search too large for `exact` must never do worse than the text it was given).
+    # Past the exact search's limit the list scheduler (it looks one kernel ahead) stands in; where the
+    # file's order peaks lower, that order is kept: exact and auto never do worse than the text.
     from compiler.memory.liveness import peak_bytes
 
     greedy = g.greedy()

@@ -306,7 +306,8 @@ def _parser() -> argparse.ArgumentParser:
                         "model's inputs are its first arguments, the weights (floating-point initializers) the "
                         "rest, written to an .npz beside the .gir (or constants in it with --embed-weights). "
                         "Each op line names the ONNX node it came from in a comment. A named (symbolic) "
-                        "dimension stays ?, a size known at each call, also where the model computes shapes "
+                        "dimension stays a size known at each call, ?(name) (inputs that share the name share "
+                        "the size; an axis with no name is ?), also where the model computes shapes "
                         "from it (a transformer's reshapes), unless --input-shape pins it; where the import "
                         "itself must know it (an RNN's sequence), the axes are kept static and it says so. "
                         "Needs the onnx package.",

@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from compiler.diagnostics import GCError
-from compiler.ir import DType, Func, Module, TensorType, Value, fits, known
+from compiler.ir import DType, Func, Module, Sym, TensorType, Value, bind_sizes, evaluate_dim, fits, known
 
 
 def load_npz(path: str) -> dict[str, np.ndarray]:
@@ -123,6 +123,8 @@ def random_inputs(f: Func, seed: int, module: Module | None = None,
         raise GCError(f"%{taken[0]} gives an attribute its value at run time (axes, a shape, ...), which random "
                       f"numbers cannot: give it with --inputs", arg.loc)
     types: dict[str, TensorType | None] = {}
+    given = [a for a in f.args if a.name in shapes and len(shapes[a.name]) == a.type.rank]
+    named = bind_sizes([(a.name, a.type.shape, a.loc) for a in given], [shapes[a.name] for a in given])
     for a in f.args:
         t = a.type
         if a.name in shapes:
@@ -130,6 +132,8 @@ def random_inputs(f: Func, seed: int, module: Module | None = None,
                 dims = "x".join(map(str, shapes[a.name])) or "a scalar"
                 raise GCError(f"shape {dims} given for %{a.name} does not fit {t}", a.loc)
             t = t.with_shape(shapes[a.name])
+        elif not t.is_static and all(isinstance(d, Sym) and d.symbols() <= named.keys() for d in t.shape if not known(d)):
+            t = t.with_shape(evaluate_dim(d, named) for d in t.shape)  # its sizes named by another's --shape
         elif not t.is_static and unknown is not None:
             t = t.with_shape(d if known(d) else unknown for d in t.shape)
         elif not t.is_static and a.name not in skip:

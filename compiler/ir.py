@@ -123,6 +123,10 @@ class Dynamic:
             cls._instance = super().__new__(cls)
         return cls._instance
 
+    def expr(self) -> str:
+        """The size as an expression of the symbols (`?` for a size with no name)."""
+        return "?"
+
     def __repr__(self) -> str:
         return "?"
 
@@ -161,7 +165,228 @@ class Dynamic:
 
 
 DYN = Dynamic()
-Dim = int | Dynamic  # a dimension: a size, or `?`
+
+
+def name_ok(name: str) -> bool:
+    """Whether `name` may name a size: a letter or _, then letters, digits or _."""
+    return bool(name) and (name[0].isalpha() or name[0] == "_") and all(c.isalnum() or c == "_" for c in name)
+
+
+class Sym(Dynamic):
+    """A size known at run time that has a name, or an expression of such sizes: `?(batch)` in a type
+    (`tensor<?(batch)x784xf32>`), `batch * 128` where a reshape flattens it with a 128. Arguments that
+    name the same symbol take the same size at every call; shape rules compute with symbols as with
+    numbers, so a flattened `[B, 128, 256]` is `[B * 128, 256]` and sizes that differ by a constant are
+    known to differ at compile time.
+
+    An expression is a polynomial with integer coefficients in atoms: the symbols, and floor divisions
+    of an expression by a number that does not divide it (a strided conv's `(h - 1) // 2 + 1`). It is
+    kept normalized (terms sorted, none zero), so equal expressions are equal objects by `==` and one
+    without symbols is an int, never a Sym. Like `?` it has no order and no truth; `ir.differ` and
+    `ir.agree` compare two (`n + 1` and `n` differ, `2 * n` and `n + n` agree). A type prints a lone
+    symbol by its name and any other expression as `?`; reading the text again infers it anew."""
+
+    __slots__ = ("terms", "_hash")
+
+    def __new__(cls, terms: tuple) -> Sym:
+        obj = object.__new__(cls)
+        obj.terms = terms  # ((monomial: tuple of atoms, sorted), coefficient), sorted by monomial
+        obj._hash = hash(terms)
+        return obj
+
+    @staticmethod
+    def symbol(name: str) -> Sym:
+        if not name_ok(name):
+            raise ValueError(f"invalid size name {name!r}: a letter or _, then letters, digits or _")
+        return Sym((((name,), 1),))
+
+    def __reduce__(self):
+        return (Sym, (self.terms,))
+
+    def __hash__(self) -> int:
+        return self._hash
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sym) and other.terms == self.terms
+
+    @property
+    def name(self) -> str | None:
+        """The symbol's name where this is one symbol alone."""
+        if len(self.terms) == 1:
+            mono, coef = self.terms[0]
+            if coef == 1 and len(mono) == 1 and isinstance(mono[0], str):
+                return mono[0]
+        return None
+
+    def __repr__(self) -> str:
+        return f"?({self.name})" if self.name is not None else "?"
+
+    def expr(self) -> str:
+        parts = []
+        for mono, coef in self.terms:
+            factors = [_atom_text(a) for a in mono]
+            if abs(coef) != 1 or not factors:
+                factors.insert(0, str(abs(coef)))
+            term = " * ".join(factors)
+            parts.append(("-" if coef < 0 else "") + term if not parts else (" - " if coef < 0 else " + ") + term)
+        return "".join(parts)
+
+    def symbols(self) -> set[str]:
+        out: set[str] = set()
+        for mono, _ in self.terms:
+            for a in mono:
+                out |= {a} if isinstance(a, str) else a[1].symbols()
+        return out
+
+    def evaluate(self, sizes: dict[str, int]) -> int:
+        """The size at these values of the symbols (a KeyError names one missing)."""
+        total = 0
+        for mono, coef in self.terms:
+            v = coef
+            for a in mono:
+                v *= sizes[a] if isinstance(a, str) else evaluate_dim(a[1], sizes) // a[2]
+            total += v
+        return total
+
+    # -- arithmetic: polynomials; with a `?` that has no name, `?` -------------------------------
+
+    def _lift(self, other):
+        if isinstance(other, Sym):
+            return dict(other.terms)
+        if isinstance(other, (int, np.integer)) and not isinstance(other, bool):
+            return {(): int(other)} if other else {}
+        return None
+
+    def __add__(self, other):
+        o = self._lift(other)
+        if o is None:
+            return DYN if isinstance(other, Dynamic) else NotImplemented
+        out = dict(self.terms)
+        for m, c in o.items():
+            out[m] = out.get(m, 0) + c
+        return _poly(out)
+
+    __radd__ = __add__
+
+    def __neg__(self):
+        return _poly({m: -c for m, c in self.terms})
+
+    def __sub__(self, other):
+        o = self._lift(other)
+        if o is None:
+            return DYN if isinstance(other, Dynamic) else NotImplemented
+        return self + _poly({m: -c for m, c in o.items()})
+
+    def __rsub__(self, other):
+        return (-self) + other
+
+    def __mul__(self, other):
+        o = self._lift(other)
+        if o is None:
+            return DYN if isinstance(other, Dynamic) else NotImplemented
+        out: dict = {}
+        for m1, c1 in self.terms:
+            for m2, c2 in o.items():
+                m = tuple(sorted(m1 + m2, key=_atom_key))
+                out[m] = out.get(m, 0) + c1 * c2
+        return _poly(out)
+
+    __rmul__ = __mul__
+
+    def __floordiv__(self, other):
+        if isinstance(other, (int, np.integer)) and not isinstance(other, bool):
+            k = int(other)
+            if k <= 0:
+                return DYN
+            exact = {m: c // k for m, c in self.terms if m and c % k == 0}
+            rest = {m: c for m, c in self.terms if m and c % k}
+            const = dict(self.terms).get((), 0)
+            if not rest:  # (k a n + c) // k = a n + c // k for whole a n
+                return _poly(exact) + const // k
+            rest[()] = const
+            return _poly(exact) + _poly({((("//", _poly(rest), k)),): 1})
+        if isinstance(other, Sym) and len(other.terms) == 1:  # an exact division by one term
+            mono, coef = other.terms[0]
+            out = {}
+            for m, c in self.terms:
+                left = list(m)
+                for a in mono:
+                    if a not in left:
+                        return DYN
+                    left.remove(a)
+                if c % coef:
+                    return DYN
+                out[tuple(left)] = c // coef
+            return _poly(out)
+        return DYN if isinstance(other, Dynamic) else NotImplemented
+
+    def __mod__(self, other):
+        if isinstance(other, (int, np.integer)) and not isinstance(other, bool) and other > 0:
+            return self - (self // other) * other
+        return DYN if isinstance(other, (Dynamic, int, np.integer)) else NotImplemented
+
+    def __rfloordiv__(self, other):
+        return DYN
+
+    __rmod__ = __rfloordiv__
+
+
+def _atom_key(a) -> str:
+    return a if isinstance(a, str) else f"~({a[1].expr()}) // {a[2]}"
+
+
+def _atom_text(a) -> str:
+    return a if isinstance(a, str) else f"({a[1].expr()}) // {a[2]}"
+
+
+def _poly(terms: dict):
+    """A normalized expression: an int where no symbol is left."""
+    kept = tuple(sorted(((m, c) for m, c in terms.items() if c), key=lambda t: (not t[0], [_atom_key(a) for a in t[0]])))
+    if not kept:
+        return 0
+    if len(kept) == 1 and kept[0][0] == ():
+        return kept[0][1]
+    return Sym(kept)
+
+
+def evaluate_dim(d, sizes: dict[str, int]) -> int:
+    """A dimension's size at these values of the symbols (a KeyError for a `?` with no name)."""
+    if isinstance(d, Sym):
+        return d.evaluate(sizes)
+    if isinstance(d, Dynamic):
+        raise KeyError("?")
+    return int(d)
+
+
+Dim = int | Dynamic  # a dimension: a size, `?`, or an expression of named sizes (Sym)
+
+
+def bind_sizes(args: list[tuple[str, tuple, Location | None]], shapes: list[tuple[int, ...]]) -> dict[str, int]:
+    """The named sizes that a call's argument shapes give, from (name, declared shape, location) of each
+    argument; a GCError naming both arguments and dimensions where one name takes two sizes, or where a
+    dimension declared as an expression of names (an outlined function's `128 * batch`) does not hold."""
+    sizes: dict[str, int] = {}
+    first: dict[str, tuple[str, int]] = {}
+    for (name, declared, loc), shape in zip(args, shapes):
+        for i, (d, n) in enumerate(zip(declared, shape)):
+            if isinstance(d, Sym) and d.name is not None:
+                if d.name in sizes and sizes[d.name] != n:
+                    other, j = first[d.name]
+                    raise GCError(f"%{name} has size {n} in dimension {i}, which is ?({d.name}); but %{other} gives "
+                                  f"{d.name} = {sizes[d.name]} (its dimension {j}) at this call", loc)
+                sizes.setdefault(d.name, int(n))
+                first.setdefault(d.name, (name, i))
+    for (name, declared, loc), shape in zip(args, shapes):
+        for i, (d, n) in enumerate(zip(declared, shape)):
+            if isinstance(d, Sym) and d.name is None and d.symbols() <= sizes.keys() and d.evaluate(sizes) != n:
+                raise GCError(f"%{name} has size {n} in dimension {i}, which is {d.expr()} = {d.evaluate(sizes)} "
+                              "at this call", loc)
+    return sizes
+
+
+def dim_text(d) -> str:
+    """A dimension for a message: its size, `?`, or its expression of named sizes (`128 * batch`)."""
+    return d.expr() if isinstance(d, Dynamic) else str(d)
 
 
 # What a `?` size counts as where a pass only weighs sizes against each other (remat's plan, mixed
@@ -180,13 +405,22 @@ def known(d) -> bool:
 
 
 def differ(a, b) -> bool:
-    """Whether two dimensions are known to differ (false where either is `?`)."""
-    return known(a) and known(b) and a != b
+    """Whether two dimensions are known to differ: sizes that differ, or expressions of named sizes whose
+    difference is a number other than 0 (`n + 1` and `n`); false where either is `?`."""
+    if known(a) and known(b):
+        return a != b
+    if a is DYN or b is DYN:
+        return False
+    d = a - b
+    return known(d) and d != 0
 
 
 def agree(a, b) -> bool:
-    """Whether two dimensions are known to be equal (false where either is `?`)."""
-    return known(a) and known(b) and a == b
+    """Whether two dimensions are known to be equal: the same size, or the same expression of named sizes
+    (false where either is `?`)."""
+    if known(a) and known(b):
+        return a == b
+    return a is not DYN and b is not DYN and a == b
 
 
 def shapes_differ(a: tuple, b: tuple) -> bool:
@@ -238,7 +472,8 @@ def static(shape) -> bool:
 def fits(declared: tuple, actual: tuple) -> bool:
     """Whether a shape `actual` may stand where `declared` is written: same rank, each size equal where
     `declared` gives one (a `?` there takes any size)."""
-    return len(declared) == len(actual) and all(not known(d) or d == a for d, a in zip(declared, actual))
+    return len(declared) == len(actual) and all(
+        d is DYN or (not differ(d, a) if isinstance(d, Sym) else d == a) for d, a in zip(declared, actual))
 
 
 @dataclass(frozen=True)

@@ -25,11 +25,13 @@ from compiler.ir import (
     Func,
     Module,
     Op,
+    Sym,
     SymbolRef,
     TensorType,
     Value,
     known,
     lookup_op,
+    name_ok,
 )
 
 _DTYPES = {d.value: d for d in DType}
@@ -192,9 +194,14 @@ class _Builder:
 
     def tensor_type(self, tok) -> TensorType | None:
         inner = tok.value[len("tensor<") : -1]
-        parts = inner.split("x") if inner else [""]
+        parts = _split_dims(inner) if inner else [""]
         *dims, dt = parts
         col = tok.column + len("tensor<")
+        if inner.count("(") != inner.count(")"):
+            at = col + inner.rfind("?(") if "?(" in inner else col
+            self.diag.error(f"unclosed size name in {tok.value}: a named size is ?(name)",
+                            Location(self.source.name, tok.line, at, self.source))
+            return None
         if len(dims) > MAX_RANK:
             loc = Location(self.source.name, tok.line, col, self.source)
             self.diag.error(f"a tensor of rank {len(dims)}: gc supports ranks up to {MAX_RANK} (NumPy's limit)", loc)
@@ -205,10 +212,20 @@ class _Builder:
                 shape.append(DYN)
                 col += 2
                 continue
+            if d.startswith("?(") and d.endswith(")"):  # one named: the same size wherever the name is
+                name = d[2:-1]
+                if not name_ok(name):
+                    loc = Location(self.source.name, tok.line, col + 2, self.source)
+                    self.diag.error(f"invalid size name '{name}' in {tok.value}: a name is a letter or _, then "
+                                    "letters, digits or _", loc)
+                    return None
+                shape.append(Sym.symbol(name))
+                col += len(d) + 1
+                continue
             if not d.isdigit():
                 loc = Location(self.source.name, tok.line, col, self.source)
-                self.diag.error(f"invalid dimension '{d}' in {tok.value}: dimensions are non-negative integers"
-                                " or ? (a size known only at run time)", loc)
+                self.diag.error(f"invalid dimension '{d}' in {tok.value}: dimensions are non-negative integers,"
+                                " ? (a size known only at run time) or ?(name) (one with a name)", loc)
                 return None
             shape.append(int(d))
             if math.prod(d for d in shape if known(d)) * _DTYPES.get(dt, DType.f64).np.itemsize > MAX_BYTES:
@@ -496,3 +513,17 @@ class _Builder:
                     raise GCError(f"a location's line and column are integers, got '{n.value}'", self.loc(n))
             items.append(Location(f.value[1:-1], int(line.value), int(col.value)))
         return Location.merge(items)
+
+
+def _split_dims(inner: str) -> list[str]:
+    """`4x?(batch)xf32` -> ['4', '?(batch)', 'f32']: split at each x outside a ?(name)."""
+    parts, depth, cur = [], 0, []
+    for ch in inner:
+        depth += (ch == "(") - (ch == ")")
+        if ch == "x" and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    parts.append("".join(cur))
+    return parts

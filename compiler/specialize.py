@@ -17,7 +17,7 @@ import weakref
 import numpy as np
 
 from compiler.diagnostics import Diagnostic, GCError
-from compiler.ir import Func, Module, Op, Value, known, stand_in
+from compiler.ir import Func, Module, Op, Value, bind_sizes, known, stand_in
 
 _CACHE: weakref.WeakKeyDictionary[Func, dict[tuple, tuple[tuple, Func]]] = weakref.WeakKeyDictionary()
 
@@ -95,6 +95,10 @@ def specialize(module: Module, f: Func, shapes: list[tuple[int, ...]],
 
 def _specialize(module: Module, f: Func, key: tuple) -> Func:
     shapes, values = key
+    try:
+        bind_sizes([(a.name, a.type.shape, a.loc or f.loc) for a in f.args], list(shapes))
+    except GCError as e:
+        raise _at_this_call(e, f, key) from None
     g = f.clone()
     for a, shape in zip(g.args, shapes):
         a.type = a.type.with_shape(shape)

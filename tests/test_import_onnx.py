@@ -23,7 +23,7 @@ from compiler.cli import main
 from compiler.diagnostics import GCError
 from compiler.importers.onnx import import_onnx
 from compiler.importers.onnx_ops import CONVERTERS
-from compiler.ir import DYN
+from compiler.ir import DYN, Sym
 from compiler.verifier import verify_module
 
 RNG = np.random.default_rng(0)
@@ -866,19 +866,39 @@ def test_graph_output_known_at_import_is_a_constant() -> None:
 
 
 def test_named_axes_stay_dynamic() -> None:
-    """The contract's v2: a named (symbolic) axis is `?` unless --input-shape pins it; the module runs at
-    any size there."""
+    """The contract's v2: a named (symbolic) axis is `?` unless --input-shape pins it, here a named size
+    (`?(batch)`) that shape rules carry; the module runs at any size there."""
     w = rand(4, 5)
     model = make_model([node("Relu", ["x"], ["r"]), node("MatMul", ["r", "w"])], {**X, "w": w}, ["y"])
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
     model.graph.input[0].type.tensor_type.shape.dim[1].dim_param = "seq"
     imported = import_onnx(model)
     f = imported.module["main"]
-    assert f.args[0].type.shape == (DYN, DYN, 4) and f.results[0].type.shape == (DYN, DYN, 5)
+    b, s = Sym.symbol("batch"), Sym.symbol("seq")
+    assert f.args[0].type.shape == (b, s, 4) and f.results[0].type.shape == (b, s, 5)
     assert imported.note == ""
     x = rand(3, 7, 4)
     (y,) = compiler.run(imported.module, {"x": x, "w": w})
     np.testing.assert_allclose(y, np.maximum(x, 0) @ w, rtol=1e-6)
+
+
+def test_inputs_that_share_an_axis_name_share_its_size() -> None:
+    """ONNX's dim_param: one name is one size. Two inputs named "batch" at dimension 0 take the same size
+    at each call (a mismatch is an error naming both), and an unnamed axis is a `?` of its own."""
+    model = make_model([node("Add", ["x", "z"])], {**X, "z": rand(2, 3, 4)}, ["y"])
+    for i in (0, 1):
+        model.graph.input[i].type.tensor_type.shape.dim[0].dim_param = "batch size"  # not a GIR name: _
+        model.graph.input[i].type.tensor_type.shape.dim[1].dim_param = ""
+        model.graph.input[i].type.tensor_type.shape.dim[1].ClearField("dim_value")
+    imported = import_onnx(model)
+    f = imported.module["main"]
+    assert [a.type.shape for a in f.args] == [(Sym.symbol("batch_size"), DYN, 4)] * 2
+    assert f.results[0].type.shape[0] == Sym.symbol("batch_size")
+    x, z = rand(3, 5, 4), rand(3, 5, 4)
+    np.testing.assert_allclose(compiler.run(imported.module, {"x": x, "z": z})[0], x + z)
+    with pytest.raises(GCError, match=r"%z has size 2 in dimension 0, which is \?\(batch_size\); but %x gives "
+                                      r"batch_size = 3"):
+        compiler.run(imported.module, {"x": x, "z": rand(2, 5, 4)})
 
 
 def rnn_over(named: int):
@@ -945,7 +965,7 @@ def test_sizes_computed_at_each_call_keep_the_named_axes_dynamic(nodes) -> None:
     for d, name in ((0, "batch"), (1, "seq")):
         model.graph.input[0].type.tensor_type.shape.dim[d].dim_param = name
     imported = import_onnx(model)
-    assert imported.note == "" and imported.module["main"].args[0].type.shape == (DYN, DYN, 4)
+    assert imported.note == "" and imported.module["main"].args[0].type.shape == (Sym.symbol("batch"), Sym.symbol("seq"), 4)
     compiled = compiler.compile(imported.module, "llvm", params=imported.weights, cache=False)
     for shape in ((2, 3, 4), (5, 1, 4), (1, 7, 4)):
         x = rand(*shape)

@@ -217,7 +217,7 @@ def test_a_symbolic_batch_stays_dynamic(op: str) -> None:
     inits = [numpy_helper.from_array(v, k) for k, v in weights(op, 2, 4, 5).items()]
     model = helper.make_model(helper.make_graph([node], "g", info, outs, initializer=inits),
                               opset_imports=[helper.make_opsetid("", 22)])  # fmt: skip
-    assert str(import_onnx(model).module.funcs["main"].args[0].type) == "tensor<3x?x4xf32>"
+    assert str(import_onnx(model).module.funcs["main"].args[0].type) == "tensor<3x?(batch)x4xf32>"
     for batch in (2, 5):
         check(model, {"X": rand(3, batch, 4), "sequence_lens": np.array([3, 1, 2, 2, 3][:batch], np.int32)})
 

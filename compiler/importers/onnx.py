@@ -37,7 +37,7 @@ from compiler.builder import Builder
 from compiler.diagnostics import Diagnostic, GCError, printable
 from compiler.files import check_writable, write_atomic
 from compiler.inputs import parse_sized_name, save_npz
-from compiler.ir import DYN, ArgValue, DType, Func, Module, Op, TensorType, Value, known
+from compiler.ir import DYN, ArgValue, DType, Func, Module, Op, Sym, TensorType, Value, known
 from compiler.parser import parse
 from compiler.printer import print_module
 from compiler.rewrite import erase_dead_ops
@@ -423,7 +423,9 @@ class _Importer:
         elif not tt.HasField("shape"):
             raise self.error(f"input '{inp.name}' has no shape in the model: give --input-shape {inp.name}=D1xD2x...")
         elif self.dynamic:
-            shape = tuple(d if isinstance(d, int) else DYN for d in dims)
+            # A named axis is a named size: inputs that share the name take one size at each call (ONNX's
+            # dim_param); an axis without a name is a `?` of its own.
+            shape = tuple(d if isinstance(d, int) else DYN if d == "?" else Sym.symbol(_size_name(d)) for d in dims)
             self.named_axes += [f"'{d}' ({inp.name}[{i}])" for i, d in enumerate(dims) if not isinstance(d, int)]
         else:
             shape = tuple(d if isinstance(d, int) else 1 if i == 0 else -1 for i, d in enumerate(dims))
@@ -811,3 +813,9 @@ def _annotate(func: Func, comments: dict[Op, str]) -> str:
         if op in comments:
             lines[start + k] += "  // " + printable(comments[op])  # node names are the model's: escaped
     return "\n".join(lines)
+
+
+def _size_name(dim_param: str) -> str:
+    """An ONNX dim_param ("batch_size", "seq len", "2d") as a GIR size name: other characters as _."""
+    name = "".join(c if c.isalnum() or c == "_" else "_" for c in dim_param)
+    return name if name[:1].isalpha() or name[:1] == "_" else "_" + name

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import DYN, DType, Op, TensorType, Value, known, static
+from compiler.ir import DYN, DType, Op, Sym, TensorType, Value, known, static
 
 if TYPE_CHECKING:
     from compiler.builder import Builder
@@ -38,8 +38,15 @@ def broadcast_shapes(op: Op, *shapes: tuple[int, ...]) -> tuple[int, ...]:
         if len(sizes) > 1:
             pretty = " and ".join("[" + ", ".join(map(str, s)) + "]" for s in shapes)
             raise op.error(f"shapes {pretty} do not broadcast")
-        # A `?` beside a size is that size or 1 (checked at run time); beside only 1s and `?`s it stays `?`.
-        out.append(sizes.pop() if sizes else DYN if not static(dims) else 1)
+        # A `?` beside a size is that size or 1 (checked at run time); beside only 1s and `?`s it stays `?`,
+        # but one named size beside 1s and itself is that size.
+        named = {d for d in dims if isinstance(d, Sym)}
+        if sizes:
+            out.append(sizes.pop())
+        elif static(dims):
+            out.append(1)
+        else:
+            out.append(named.pop() if len(named) == 1 and DYN not in dims else DYN)
     return tuple(out)
 
 

@@ -52,8 +52,8 @@ def _require_nchw(op: Op, x: TensorType, what: str = "x") -> None:
 def pool_out(size: int, kernel: int, stride: int, begin: int, end: int, ceil_mode: bool) -> int:
     """Output length along one axis, PyTorch's rule: the last window starts inside input or left padding."""
     span = size + begin + end - kernel
-    if not known(span):
-        return DYN
+    if not known(span):  # a named map size: the floor rule as an expression (ceil mode compares sizes)
+        return DYN if span is DYN or ceil_mode else span // stride + 1
     out = (-(-span // stride) if ceil_mode else span // stride) + 1
     if ceil_mode and (out - 1) * stride >= size + begin:
         out -= 1

@@ -18,8 +18,10 @@ from compiler.ir import (
     Op,
     TensorType,
     Value,
+    agree,
     attribute,
     differ,
+    dim_text,
     known,
     operand,
     static,
@@ -41,7 +43,11 @@ if TYPE_CHECKING:
 
 
 def _dims(shape) -> str:
-    return "[" + ", ".join(str(d) for d in shape) + "]"
+    return "[" + ", ".join(dim_text(d) for d in shape) + "]"
+
+
+def _count(n) -> str:
+    return dim_text(n)
 
 
 def _axes(op: Op, axes: tuple[int, ...], rank: int) -> tuple[int, ...]:
@@ -143,22 +149,25 @@ class Reshape(Regroup, name="graph.reshape"):
                 raise self.error(f"shape {want}: 0 at position {i} copies an input size, but the input has rank {rank}")
             out.append(in_shape[i] if d == 0 else d)
         # A `?` that a 0 copies is a factor of both sides and cancels; any other `?` of the input leaves the
-        # element count to run time (and -1 is then `?`).
-        copied = {i for i, d in enumerate(self.shape) if d == 0 and not known(in_shape[i])}
-        if any(not known(d) and i not in copied for i, d in enumerate(in_shape)):
+        # element count to run time (and -1 is then `?`). Named sizes count as numbers do: [B, 128, 256]
+        # to [-1, 256] is [B * 128, 256].
+        copied = {i for i, d in enumerate(self.shape) if d == 0 and in_shape[i] is DYN}
+        if any(d is DYN and i not in copied for i, d in enumerate(in_shape)):
             return tuple(DYN if d == -1 else d for d in out)
-        n = math.prod(d for d in in_shape if known(d))
-        sizes = math.prod(d for d in out if d != -1 and known(d))
+        n = math.prod(d for i, d in enumerate(in_shape) if i not in copied)
+        sizes = math.prod(d for i, d in enumerate(out) if not (isinstance(d, int) and d == -1) and i not in copied)
         if -1 not in out:
-            if sizes != n:
-                raise self.error(f"cannot reshape {_dims(in_shape)} ({n} elements) to {want} ({sizes} elements)")
+            if differ(sizes, n):
+                raise self.error(f"cannot reshape {_dims(in_shape)} ({_count(n)} elements) to {want} "
+                                 f"({_count(sizes)} elements)")
             return tuple(out)
-        if sizes == 0:
+        if agree(sizes, 0):
             raise self.error(f"shape {want}: -1 is ambiguous when the other sizes multiply to 0")
-        if n % sizes:
+        if known(n) and known(sizes) and n % sizes:
             why = f"{n} is not divisible by {sizes}"
             raise self.error(f"cannot reshape {_dims(in_shape)} ({n} elements) to {want}: {why}")
-        out[out.index(-1)] = n // sizes
+        q = n // sizes
+        out[out.index(-1)] = q if agree(q * sizes, n) else DYN
         return tuple(out)
 
     def infer(self, x: TensorType) -> TensorType:

@@ -16,12 +16,13 @@ them; integer and bool arguments (labels, token ids, masks) are always inputs, n
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
 from compiler.diagnostics import GCError
-from compiler.ir import NOMINAL, Func, Module, Op, known
+from compiler.ir import DYN, NOMINAL, Func, Module, Op, Sym, evaluate_dim, known
 from compiler.specialize import is_dynamic
 
 
@@ -68,38 +69,64 @@ def module_stats(module: Module, entry: str = "main", data_args: Sequence[str] |
     }
 
 
-# The sizes a dynamic function is counted at: each `?` = n for five sizes from the smallest it takes fits
-# and checks a polynomial in n (FLOPs and bytes are sums of products of sizes: degree <= 3 covers a batch
-# times a sequence squared).
-_SAMPLES = (0, 1, 2, 3, 4)
+# The sizes a dynamic function is counted at: each `?` = n, and each named size, at four values from the
+# smallest the function takes; a polynomial of degree <= 3 in each (FLOPs and bytes are sums of products
+# of sizes: a batch times a sequence squared) is fitted through them exactly and checked at one more.
+_SAMPLES = (0, 1, 2, 3)
 _VARYING = ("flops", "params", "param_bytes", "input_bytes", "output_bytes", "intermediate_bytes")
+_MAX_NAMES = 3  # 4^k samples: past three names every size is taken as one n
 
 
 def _dynamic_stats(module: Module, f: Func, data_args: Sequence[str] | None) -> dict[str, Any]:
-    """The statistics of a function with `?` sizes, every `?` taken as one size n: each figure at n = NOMINAL,
-    and (`expressions`) each that varies as a polynomial in n; the memory plan at n = NOMINAL."""
+    """The statistics of a function with sizes known at run time: each figure with every size at NOMINAL,
+    and (`expressions`) each that varies as a polynomial in the sizes' names (`n` for every `?`); the
+    memory plan at NOMINAL."""
     from compiler.specialize import specialize_module
 
-    def at(n: int, memory: bool) -> dict[str, Any]:
-        shapes = [tuple(d if known(d) else n for d in a.type.shape) for a in f.args]
+    names = sorted({s for a in f.args for d in a.type.shape if isinstance(d, Sym) for s in d.symbols()})
+    if any(d is DYN for a in f.args for d in a.type.shape):
+        names.append("n")
+    one = len(names) > _MAX_NAMES
+    if one:
+        names = ["n"]
+
+    def at(env: dict[str, int], memory: bool = False) -> dict[str, Any]:
+        def size(d):
+            if known(d):
+                return d
+            return env["n"] if one or d is DYN else evaluate_dim(d, env)
+
+        shapes = [tuple(size(d) for d in a.type.shape) for a in f.args]
         return module_stats(specialize_module(module, f.name, shapes), f.name, data_args, memory)
 
-    out = at(NOMINAL, True)
+    out = at(dict.fromkeys(names, NOMINAL), True)
     # The smallest sizes the function takes (a 3x3 conv over a `?` height needs 3 rows, a pool its window).
-    first = next((n for n in (1, 2, 4, 8, 16, 32, 64) if _valid(lambda: at(n, False))), NOMINAL)
-    xs = [first + d for d in _SAMPLES]
-    try:
-        samples = [at(n, False) for n in xs]
-    except GCError:
-        samples = []
+    first = next((n for n in (1, 2, 4, 8, 16, 32, 64) if _valid(lambda: at(dict.fromkeys(names, n)))), NOMINAL)
+    samples: dict[tuple, dict] = {}
+
+    def sample(point: tuple) -> dict:
+        if point not in samples:
+            samples[point] = at(dict(zip(names, point)))
+        return samples[point]
+
     expressions = {}
     for key in _VARYING:
-        values = [s[key] for s in samples]
-        if len(set(values)) > 1 or not samples:
-            coeffs = _fit(xs[:4], values[:4]) if samples else None
-            ok = coeffs is not None and _poly(coeffs, xs[4]) == values[4] and _poly(coeffs, NOMINAL) == out[key]
-            expressions[key] = _format_poly(coeffs) if ok else "varies with n"
-    return {**out, "sizes": f"every ? = n; figures at n = {NOMINAL}", "expressions": expressions}
+        try:
+            varies = len({sample((first + d,) * len(names))[key] for d in _SAMPLES}) > 1
+            coeffs = _fit(len(names), [first + d for d in _SAMPLES], lambda p: sample(p)[key]) if varies else None
+        except GCError:
+            varies, coeffs = True, None
+        if not varies:
+            continue
+        check = (first + len(_SAMPLES),) * len(names)
+        ok = coeffs is not None and _poly(coeffs, check) == sample(check)[key] and \
+            _poly(coeffs, (NOMINAL,) * len(names)) == out[key]
+        expressions[key] = _format_poly(coeffs, names) if ok else "varies with " + ", ".join(names)
+    every = "every ? = n" if "n" in names and not one else "every size = n" if one else ""
+    named = [x for x in names if x != "n"]
+    what = "; ".join(p for p in (every, f"named sizes {', '.join(named)}" if named else "") if p)
+    return {**out, "sizes": f"{what}; figures at {NOMINAL} each" if named else f"{what}; figures at n = {NOMINAL}",
+            "expressions": expressions}
 
 
 def _valid(make) -> bool:
@@ -110,7 +137,33 @@ def _valid(make) -> bool:
         return False
 
 
-def _fit(xs: list[int], values: list[int]) -> list[int] | None:
+def _fit(k: int, xs: list[int], value) -> dict[tuple, int] | None:
+    """Integer coefficients {exponents: c} of the polynomial of degree < len(xs) in each of k variables
+    through value(point) at every point of the grid xs^k (one variable at a time: each coefficient of the
+    first is a polynomial of the others), or None where one is not an integer."""
+    if k == 0:
+        return {(): value(())}
+    out: dict[tuple, int] = {}
+    inner = {}  # exponent of the first variable -> {rest point -> coefficient}
+    from itertools import product
+
+    for rest in product(xs, repeat=k - 1):
+        c = _fit1(xs, [value((x, *rest)) for x in xs])
+        if c is None:
+            return None
+        for e, v in enumerate(c):
+            inner.setdefault(e, {})[rest] = v
+    for e, at_rest in inner.items():
+        sub = _fit(k - 1, xs, lambda rest: at_rest[rest])
+        if sub is None:
+            return None
+        for exps, c in sub.items():
+            if c:
+                out[(e, *exps)] = c
+    return out
+
+
+def _fit1(xs: list[int], values: list[int]) -> list[int] | None:
     """Integer coefficients c0..c3 of the cubic through (x1, v1)..(x4, v4), or None if they are not integers."""
     from fractions import Fraction
 
@@ -127,14 +180,19 @@ def _fit(xs: list[int], values: list[int]) -> list[int] | None:
     return [int(c) for c in coeffs] if all(c.denominator == 1 for c in coeffs) else None
 
 
-def _poly(coeffs: list[int], n: int) -> int:
-    return sum(c * n**k for k, c in enumerate(coeffs))
+def _poly(coeffs: dict[tuple, int], point: tuple) -> int:
+    return sum(c * math.prod(x**e for x, e in zip(point, exps)) for exps, c in coeffs.items())
 
 
-def _format_poly(coeffs: list[int]) -> str:
-    """[10, 3, 0, 2] -> '2·n³ + 3·n + 10'."""
-    power = ["", "·n", "·n²", "·n³"]
-    terms = [f"{c:,}{power[k]}" for k, c in reversed(list(enumerate(coeffs))) if c]
+_POWER = ["", "", "²", "³"]
+
+
+def _format_poly(coeffs: dict[tuple, int], names: list[str]) -> str:
+    """{(1, 2): 3, (0, 0): 10} in (b, s) -> '3·b·s² + 10', highest degree first."""
+    terms = []
+    for exps, c in sorted(coeffs.items(), key=lambda t: (-sum(t[0]), [-e for e in t[0]])):
+        factors = "".join(f"·{x}{_POWER[e]}" for x, e in zip(names, exps) if e)
+        terms.append(f"{c:,}{factors}")
     return " + ".join(terms).replace("+ -", "- ") or "0"
 
 
@@ -254,7 +312,7 @@ def format_stats(stats: dict[str, Any]) -> str:
     lines += _section("ops by name", stats["ops_by_name"])
     lines += _section("ops by kind", stats["ops_by_kind"])
     lines += _section("kernel calls", stats["kernel_calls"])
-    lines += format_memory(stats["memory"], f" at n = {NOMINAL}" if "sizes" in stats else "")
+    lines += format_memory(stats["memory"], f" at every size = {NOMINAL}" if "sizes" in stats else "")
     return "\n".join(lines) + "\n"
 
 

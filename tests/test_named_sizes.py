@@ -208,3 +208,28 @@ def test_declared_types_of_named_sizes_check_against_each_other() -> None:
   %y = graph.pad(%x) {pads = [1, 0, 0, 0]} : tensor<?(n)x4xf32>
   return %y
 }""")
+
+
+def test_gc_stats_gives_figures_as_polynomials_in_the_names(tmp_path) -> None:
+    """Attention-shaped: a [b, s, 64] projection and the [b, s, s] scores; each figure a polynomial in b
+    and s (an anonymous ? is n beside them), equal to the static counts at other sizes."""
+    from compiler.stats import module_stats
+
+    text = """func @main(%x: tensor<?(b)x?(s)x64xf32>, %w: tensor<64x64xf32>, %m: tensor<?x4xf32>) -> tensor<?(b)x?(s)x?(s)xf32> {
+  %y = graph.matmul(%x, %w)
+  %t = graph.transpose(%y) {perm = [0, 2, 1]}
+  %a = graph.matmul(%y, %t)
+  %r = graph.relu(%m)
+  return %a
+}
+"""
+    stats = module_stats(parse(text), data_args=["x", "m"], memory=False)
+    assert stats["sizes"] == "every ? = n; named sizes b, s; figures at 128 each"
+    ex = stats["expressions"]
+    assert ex["flops"] == "128·b·s² + 8,192·b·s + 4·n" and ex["input_bytes"] == "256·b·s + 16·n"
+    assert ex["intermediate_bytes"] == "4·b·s² + 512·b·s + 16·n" and "params" not in ex
+    for b, s, n in ((2, 5, 3), (1, 9, 1)):
+        static = module_stats(parse(text.replace("?(b)", str(b)).replace("?(s)", str(s)).replace("?", str(n))),
+                              data_args=["x", "m"], memory=False)
+        assert static["flops"] == 128 * b * s * s + 8192 * b * s + 4 * n
+        assert static["intermediate_bytes"] == 4 * b * s * s + 512 * b * s + 16 * n

@@ -46,8 +46,10 @@ def weights(w: np.ndarray, m: int) -> np.ndarray:
     g = matrices(m)[2]
     o, c = w.shape[:2]
     gg = np.einsum("ea,fb->efab", g, g).reshape((m + 2) ** 2, 9)
-    u = w.astype(np.float64).reshape(o * c, 9) @ gg.T  # one matmul (einsum over all six indices took 0.6 s)
-    return np.ascontiguousarray(u.T.reshape((m + 2) ** 2, o, c).transpose(0, 2, 1)).astype(w.dtype)
+    # One matmul with the filters C-major, so that U comes out [T, C, O] as it lies (einsum over all six
+    # indices took 0.6 s; transposing U after the product 0.3-0.5 s for 512x512 filters, this 0.05).
+    wt = w.transpose(1, 0, 2, 3).reshape(c * o, 9).astype(np.float64)
+    return (gg @ wt.T).reshape((m + 2) ** 2, c, o).astype(w.dtype)
 
 
 def tiles(size: int, m: int) -> int:

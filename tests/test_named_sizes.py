@@ -233,3 +233,15 @@ def test_gc_stats_gives_figures_as_polynomials_in_the_names(tmp_path) -> None:
                               data_args=["x", "m"], memory=False)
         assert static["flops"] == 128 * b * s * s + 8192 * b * s + 4 * n
         assert static["intermediate_bytes"] == 4 * b * s * s + 512 * b * s + 16 * n
+
+
+def test_a_result_declared_with_a_name_must_have_that_size_at_each_call() -> None:
+    """`-> tensor<?(n)x4xf32>` is a promise checked at each call: a slice that gives another size is an
+    error there, not a result of the wrong size."""
+    m = parse("""func @main(%x: tensor<?(n)x4xf32>, %k: tensor<2xi64>) -> tensor<?(n)x4xf32> {
+  %y = graph.slice(%x) {starts = [0], ends = [3], axes = [0]} : tensor<?x4xf32>
+  return %y
+}""")
+    assert run(m, [np.ones((3, 4), np.float32), np.zeros(2, np.int64)])[0].shape == (3, 4)
+    with pytest.raises(GCError, match="declares tensor<\\?\\(n\\)x4xf32>"):
+        run(m, [np.ones((5, 4), np.float32), np.zeros(2, np.int64)])

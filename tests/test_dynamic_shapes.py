@@ -92,15 +92,23 @@ EXAMPLES = {  # name -> (GIR at size n, sizes to run)
 }
 
 
+SPELLINGS = ["?", "?(n)"]  # a size known at run time, anonymous or named (every ? of the example one name)
+
+
+def _spelled(text: str, spell: str) -> str:
+    return text if spell == "?" else re.sub(r"(?<=[<x])\?(?=x)", spell, text)
+
+
 def _inputs(static_text: str, seed: int = 0) -> dict[str, np.ndarray]:
     m = parse(static_text)
     return random_inputs(m["main"], seed, m)
 
 
+@pytest.mark.parametrize("spell", SPELLINGS)
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_a_dynamic_example_runs_at_every_size_as_the_static_one(name) -> None:
+def test_a_dynamic_example_runs_at_every_size_as_the_static_one(name, spell) -> None:
     at, sizes = EXAMPLES[name]
-    dyn = parse(at("?"))
+    dyn = parse(_spelled(at("?"), spell))
     assert not dyn["main"].args[0].type.is_static
     for n in sizes:
         x = _inputs(at(n))
@@ -110,11 +118,12 @@ def test_a_dynamic_example_runs_at_every_size_as_the_static_one(name) -> None:
             np.testing.assert_array_equal(g, w)
 
 
+@pytest.mark.parametrize("spell", SPELLINGS)
 @pytest.mark.parametrize("pipeline", ["O1", "O2", "compile-llvm", "compile-cuda"])
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_graph_passes_keep_a_dynamic_example_right_at_every_size(name, pipeline) -> None:
+def test_graph_passes_keep_a_dynamic_example_right_at_every_size(name, pipeline, spell) -> None:
     at, sizes = EXAMPLES[name]
-    dyn = parse(at("?"))
+    dyn = parse(_spelled(at("?"), spell))
     run_pipeline(dyn, PIPELINES[pipeline])
     assert not dyn["main"].args[0].type.is_static
     for n in sizes[:2]:
@@ -123,8 +132,9 @@ def test_graph_passes_keep_a_dynamic_example_right_at_every_size(name, pipeline)
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("spell", SPELLINGS)
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_graph_passes_with_bound_weights_keep_a_dynamic_example_right(name) -> None:
+def test_graph_passes_with_bound_weights_keep_a_dynamic_example_right(name, spell) -> None:
     """Weights bound as constants (what `gc compile --params` does): folding, pad-channels and Winograd see
     a dynamic batch or sequence beside static weights."""
     from compiler.driver import bind_params
@@ -132,7 +142,7 @@ def test_graph_passes_with_bound_weights_keep_a_dynamic_example_right(name) -> N
     at, sizes = EXAMPLES[name]
     x = _inputs(at(sizes[1]))
     data = next(iter(x))
-    dyn = parse(at("?"))
+    dyn = parse(_spelled(at("?"), spell))
     bind_params(dyn, "main", {k: v for k, v in x.items() if k != data})
     run_pipeline(dyn, PIPELINES["compile-llvm"])
     static = parse(at(sizes[1]))
@@ -144,11 +154,12 @@ _TRAIN = (ROOT / "examples" / "train_mlp.gir").read_text()
 
 @pytest.mark.parametrize("pipeline", ["autodiff", "make-train-step", "make-train-step,remat", "mixed-precision",
                                       "make-train-step{loss-scale=1024},mixed-precision,O2"])
-def test_training_passes_with_a_dynamic_batch(pipeline) -> None:
+@pytest.mark.parametrize("spell", SPELLINGS)
+def test_training_passes_with_a_dynamic_batch(pipeline, spell) -> None:
     """Autodiff and a training step of the MLP with its batch `?`: the gradients' sums over the batch
     (the bias's), the loss's mean and the updates are those of the static MLP at each batch."""
     at = lambda n: _TRAIN.replace("tensor<64", f"tensor<{n}")  # noqa: E731
-    dyn = parse(at("?"))
+    dyn = parse(_spelled(at("?"), spell))
     run_pipeline(dyn, ",".join(PIPELINES.get(p, p) for p in pipeline.split(",")))
     for n in (3, 8):
         static = parse(at(n))
@@ -169,8 +180,9 @@ import compiler  # noqa: E402
 _DYN_MLP = EXAMPLES["mlp"][0]("?")
 
 
+@pytest.mark.parametrize("spell", SPELLINGS)
 @pytest.mark.parametrize("name", EXAMPLES)
-def test_a_compiled_dynamic_example_matches_the_interpreter_at_every_size(name, tmp_path) -> None:
+def test_a_compiled_dynamic_example_matches_the_interpreter_at_every_size(name, spell, tmp_path) -> None:
     """One compile, called at several sizes (a size again after others), saved and loaded with the sizes it
     has compiled: each result is the interpreter's at that size."""
     at, sizes = EXAMPLES[name]
@@ -178,7 +190,7 @@ def test_a_compiled_dynamic_example_matches_the_interpreter_at_every_size(name, 
     data = next(iter(first))
     weights = {k: v for k, v in first.items() if k != data}
     x = {n: {**_inputs(at(n)), **weights} for n in sizes}  # one set of weights
-    model = compiler.compile(at("?"), "llvm", params=weights)
+    model = compiler.compile(_spelled(at("?"), spell), "llvm", params=weights)
     for n in [*sizes, sizes[0]]:
         (got,) = model(x[n][data])
         (want,) = run(parse(at(n)), x[n])

@@ -901,6 +901,18 @@ def test_inputs_that_share_an_axis_name_share_its_size() -> None:
         compiler.run(imported.module, {"x": x, "z": rand(2, 5, 4)})
 
 
+def test_a_named_axis_beside_an_unnamed_one_is_no_mismatch_at_import() -> None:
+    """An op that needs two operands of one shape (SwiGLU) where one axis is named and the other's is not:
+    nothing says they differ, so the import takes it and each call checks the sizes."""
+    model = make_model([node("SwiGLU", ["a", "v"])], {"a": rand(2, 5), "v": rand(2, 5)}, ["y"], opset=28)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_param = "batch"
+    model.graph.input[1].type.tensor_type.shape.dim[0].ClearField("dim_value")
+    imported = import_onnx(model)
+    a, v = rand(3, 5), rand(3, 5)
+    want = a / (1 + np.exp(-a)) * v
+    np.testing.assert_allclose(compiler.run(imported.module, {"a": a, "v": v})[0], want, rtol=1e-5, atol=1e-6)
+
+
 def rnn_over(named: int):
     """An RNN over x [seq, batch, 4] (2x3x4), axis `named` of x named: gc unrolls the sequence, so it must
     know its length at import."""

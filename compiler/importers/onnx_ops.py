@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import DYN, ArgValue, DType, TensorType, Value, known, static
+from compiler.ir import DYN, ArgValue, DType, TensorType, Value, known, shapes_differ, static
 from dialects.graph.common import cast_to
 from dialects.graph.nn import pool_out
 from dialects.graph.shape import Concat
@@ -195,7 +195,7 @@ def mish(n: Node) -> list:
 def swiglu(n: Node) -> list:
     """Swish_alpha(A) * B = A * sigmoid(alpha * A) * B (opset 28); A and B of one shape."""
     a, v = n.x(0), n.x(1)
-    if a.type.shape != v.type.shape:
+    if shapes_differ(a.type.shape, v.type.shape):
         raise n.error(f"A and B must have one shape (SwiGLU does not broadcast), got {a.type} and {v.type}")
     alpha = float(n.attr("alpha", 1.0))
     gate = n.b.mul(a, n.b.sigmoid(a if alpha == 1.0 else n.b.mul(a, n.scalar(alpha, a))))
@@ -1708,7 +1708,7 @@ def gather_nd(n: Node) -> list:
     k = idx.type.shape[-1]
     if not known(k):
         raise n.error(f"indices {idx.type}: the length of their last axis (the coordinates of each) must be known")
-    if not 1 <= k <= r - b or tuple(idx.type.shape[:b]) != tuple(data.type.shape[:b]):
+    if not 1 <= k <= r - b or shapes_differ(tuple(idx.type.shape[:b]), tuple(data.type.shape[:b])):
         raise n.error(f"indices {idx.type} do not index data {data.type} with batch_dims {b}")
     lead = tuple(idx.type.shape[:-1])
     n.check_size(lead, "indices")
@@ -1840,7 +1840,7 @@ def scatter_nd(n: Node) -> list:
             raise n.error(f"indices must be integers with a last axis of coordinates, got {idx.type}")
         k, shape = idx.type.shape[-1], data.type.shape
         lead = tuple(idx.type.shape[:-1])
-        if not 1 <= k <= data.type.rank or tuple(updates.type.shape) != (*lead, *shape[k:]):
+        if not 1 <= k <= data.type.rank or shapes_differ(tuple(updates.type.shape), (*lead, *shape[k:])):
             raise n.error(f"updates {updates.type} must be indices' {list(lead)} then data's {list(shape[k:])}")
         count, row = math.prod(shape[:k]), math.prod(shape[k:])
         coords = _wrapped(n, n.b.reshape(idx, shape=(math.prod(lead), k)), np.array(shape[:k]).reshape(1, k))
@@ -1854,7 +1854,7 @@ def scatter_nd(n: Node) -> list:
         raise n.error(f"indices must be integers with a last axis of coordinates, got {idx.dtype}{list(idx.shape)}")
     k, r = idx.shape[-1], data.type.rank
     lead = tuple(idx.shape[:-1])
-    if not 1 <= k <= r or tuple(updates.type.shape) != (*lead, *data.type.shape[k:]):
+    if not 1 <= k <= r or shapes_differ(tuple(updates.type.shape), (*lead, *data.type.shape[k:])):
         raise n.error(f"updates {updates.type} must be indices' {list(lead)} then data's {list(data.type.shape[k:])}")
     positions = np.array(data.type.shape[:k], np.int64)
     coords = idx.reshape(-1, k).astype(np.int64)

@@ -901,6 +901,15 @@ def test_inputs_that_share_an_axis_name_share_its_size() -> None:
         compiler.run(imported.module, {"x": x, "z": rand(2, 5, 4)})
 
 
+def test_distinct_axis_names_stay_distinct_sizes() -> None:
+    """"seq len" and "seq_len" are two ONNX names: as GIR names (spaces as _) they must not become one."""
+    model = make_model([node("Relu", ["x"])], X, ["y"])
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    dims[0].dim_param, dims[1].dim_param = "seq len", "seq_len"
+    shape = import_onnx(model).module["main"].args[0].type.shape
+    assert shape == (Sym.symbol("seq_len"), Sym.symbol("seq_len_2"), 4)
+
+
 def test_a_named_axis_beside_an_unnamed_one_is_no_mismatch_at_import() -> None:
     """An op that needs two operands of one shape (SwiGLU) where one axis is named and the other's is not:
     nothing says they differ, so the import takes it and each call checks the sizes."""

@@ -224,6 +224,7 @@ class _Importer:
         self.onnx = onnx
         self.dynamic = dynamic  # named axes as `?` (else a leading one is 1, and any other an error)
         self.named_axes: list[str] = []  # those made `?`, as "input[axis] 'name'"
+        self.size_names: dict[str, str] = {}  # dim_param -> its GIR size name (distinct ones kept distinct)
         self.file = file
         self.model = model
         self.graph = model.graph
@@ -425,7 +426,7 @@ class _Importer:
         elif self.dynamic:
             # A named axis is a named size: inputs that share the name take one size at each call (ONNX's
             # dim_param); an axis without a name is a `?` of its own.
-            shape = tuple(d if isinstance(d, int) else DYN if d == "?" else Sym.symbol(_size_name(d)) for d in dims)
+            shape = tuple(d if isinstance(d, int) else DYN if d == "?" else Sym.symbol(self.size_name(d)) for d in dims)
             self.named_axes += [f"'{d}' ({inp.name}[{i}])" for i, d in enumerate(dims) if not isinstance(d, int)]
         else:
             shape = tuple(d if isinstance(d, int) else 1 if i == 0 else -1 for i, d in enumerate(dims))
@@ -583,6 +584,17 @@ class _Importer:
                 raise n.error(
                     f"input #{i} ({param.name}) has element type {t}, but input #{j} has {u}: the two must agree"
                 )
+
+    def size_name(self, dim_param: str) -> str:
+        """The GIR name of an ONNX dim_param: one name per dim_param, two dim_params never one name ("seq len"
+        and "seq_len" are seq_len and seq_len_2)."""
+        if dim_param not in self.size_names:
+            name, taken = _size_name(dim_param), set(self.size_names.values())
+            k = 2
+            while name in taken:
+                name, k = f"{_size_name(dim_param)}_{k}", k + 1
+            self.size_names[dim_param] = name
+        return self.size_names[dim_param]
 
     def fold(self, ops: list[Op]) -> None:
         """Evaluate the new ops whose operands are all known, so that later nodes can read the results."""

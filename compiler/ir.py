@@ -304,7 +304,8 @@ class Sym(Dynamic):
             if not rest:  # (k a n + c) // k = a n + c // k for whole a n
                 return _poly(exact) + const // k
             rest[()] = const
-            return _poly(exact) + _poly({((("//", _poly(rest), k)),): 1})
+            atom = ("//", _poly(rest), k)
+            return _poly(exact) + _poly({(atom,): 1})
         if isinstance(other, Sym) and len(other.terms) == 1:  # an exact division by one term
             mono, coef = other.terms[0]
             out = {}
@@ -377,11 +378,19 @@ def bind_sizes(args: list[tuple[str, tuple, Location | None]], shapes: list[tupl
                 sizes.setdefault(d.name, int(n))
                 first.setdefault(d.name, (name, i))
     for (name, declared, loc), shape in zip(args, shapes):
-        for i, (d, n) in enumerate(zip(declared, shape)):
-            if isinstance(d, Sym) and d.name is None and d.symbols() <= sizes.keys() and d.evaluate(sizes) != n:
-                raise GCError(f"%{name} has size {n} in dimension {i}, which is {d.expr()} = {d.evaluate(sizes)} "
-                              "at this call", loc)
+        i = unheld(declared, shape, sizes)
+        if i is not None:
+            d = declared[i]
+            raise GCError(f"%{name} has size {shape[i]} in dimension {i}, which is {d.expr()} = {d.evaluate(sizes)} "
+                          "at this call", loc)
     return sizes
+
+
+def unheld(declared: tuple, actual: tuple, sizes: dict[str, int]) -> int | None:
+    """The first dimension whose declared expression of named sizes, all of them in `sizes`, is not the
+    actual size (a type written `?(batch)` holds only at the batch the arguments bind), or None."""
+    return next((i for i, (d, a) in enumerate(zip(declared, actual))
+                 if isinstance(d, Sym) and d.symbols() <= sizes.keys() and d.evaluate(sizes) != a), None)
 
 
 def dim_text(d) -> str:

@@ -17,7 +17,7 @@ import weakref
 import numpy as np
 
 from compiler.diagnostics import Diagnostic, GCError
-from compiler.ir import Func, Module, Op, Sym, Value, bind_sizes, known, stand_in
+from compiler.ir import Func, Module, Op, Value, bind_sizes, known, stand_in, unheld
 
 _CACHE: weakref.WeakKeyDictionary[Func, dict[tuple, tuple[tuple, Func]]] = weakref.WeakKeyDictionary()
 
@@ -118,7 +118,7 @@ def _specialize(module: Module, f: Func, key: tuple) -> Func:
         except GCError as e:
             raise _at_this_call(e, f, key) from None
         for r, t, was in zip(op.results, types, generic.results):
-            if not was.type.fits(t) or not _holds(was.type, t, sizes):
+            if not was.type.fits(t) or unheld(was.type.shape, t.shape, sizes) is not None:
                 raise _at_this_call(op.error(f"gives {t} at these sizes, but {was.type} where they are ?"), f, key)
             r.type = t
         if op in computed:  # a value an attribute takes (or one it is computed from): computed now
@@ -127,7 +127,7 @@ def _specialize(module: Module, f: Func, key: tuple) -> Func:
             except GCError as e:
                 raise _at_this_call(e, f, key) from None
     for i, (v, t) in enumerate(zip(g.results, f.result_types)):
-        if t is not None and (not t.fits(v.type) or not _holds(t, v.type, sizes)):
+        if t is not None and (not t.fits(v.type) or unheld(t.shape, v.type.shape, sizes) is not None):
             err = GCError(f"return: value #{i} has type {v.type} at these sizes but @{f.name} declares {t}",
                           f.return_loc or f.loc)
             raise _at_this_call(err, f, key)
@@ -135,13 +135,6 @@ def _specialize(module: Module, f: Func, key: tuple) -> Func:
     if values:  # arguments read only for their values now: no remark that nothing uses them
         g.attrs["values_bound"] = tuple(name for name, _, _ in values)
     return g
-
-
-def _holds(declared, actual, sizes: dict[str, int]) -> bool:
-    """Whether the named sizes of a declared type are this call's (a result written `?(batch)` must be
-    the batch the arguments bind, not merely some size)."""
-    return all(not isinstance(d, Sym) or not d.symbols() <= sizes.keys() or d.evaluate(sizes) == a
-               for d, a in zip(declared.shape, actual.shape))
 
 
 def _evaluate(op: Op, given: dict[str, np.ndarray]) -> list[np.ndarray]:

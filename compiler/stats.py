@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Sequence
+from itertools import product
 from typing import Any
 
 from compiler.diagnostics import GCError
@@ -122,11 +123,11 @@ def _dynamic_stats(module: Module, f: Func, data_args: Sequence[str] | None) -> 
         ok = coeffs is not None and _poly(coeffs, check) == sample(check)[key] and \
             _poly(coeffs, (NOMINAL,) * len(names)) == out[key]
         expressions[key] = _format_poly(coeffs, names) if ok else "varies with " + ", ".join(names)
-    every = "every ? = n" if "n" in names and not one else "every size = n" if one else ""
     named = [x for x in names if x != "n"]
-    what = "; ".join(p for p in (every, f"named sizes {', '.join(named)}" if named else "") if p)
-    return {**out, "sizes": f"{what}; figures at {NOMINAL} each" if named else f"{what}; figures at n = {NOMINAL}",
-            "expressions": expressions}
+    what = (["every size = n"] if one else ["every ? = n"] if "n" in names else []) + \
+        ([f"named sizes {', '.join(named)}"] if named else [])
+    at_nominal = f"figures at {NOMINAL} each" if named else f"figures at n = {NOMINAL}"
+    return {**out, "sizes": "; ".join([*what, at_nominal]), "expressions": expressions}
 
 
 def _valid(make) -> bool:
@@ -145,8 +146,6 @@ def _fit(k: int, xs: list[int], value) -> dict[tuple, int] | None:
         return {(): value(())}
     out: dict[tuple, int] = {}
     inner = {}  # exponent of the first variable -> {rest point -> coefficient}
-    from itertools import product
-
     for rest in product(xs, repeat=k - 1):
         c = _fit1(xs, [value((x, *rest)) for x in xs])
         if c is None:

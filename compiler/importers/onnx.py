@@ -589,10 +589,10 @@ class _Importer:
         """The GIR name of an ONNX dim_param: one name per dim_param, two dim_params never one name ("seq len"
         and "seq_len" are seq_len and seq_len_2)."""
         if dim_param not in self.size_names:
-            name, taken = _size_name(dim_param), set(self.size_names.values())
-            k = 2
+            base = name = _size_name(dim_param)
+            taken, k = set(self.size_names.values()), 2
             while name in taken:
-                name, k = f"{_size_name(dim_param)}_{k}", k + 1
+                name, k = f"{base}_{k}", k + 1
             self.size_names[dim_param] = name
         return self.size_names[dim_param]
 

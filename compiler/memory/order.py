@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 
 from compiler.ir import Func, Op, Value
+from compiler.memory.liveness import peak_bytes
 
 POLICIES = ("auto", "greedy", "exact", "file")
 
@@ -26,8 +27,6 @@ def choose_order(f: Func, policy: str = "auto", exact_limit: int = 12, align: in
             return best
     # Past the exact search's limit the list scheduler (it looks one kernel ahead) stands in; where the
     # file's order peaks lower, that order is kept: exact and auto never do worse than the text.
-    from compiler.memory.liveness import peak_bytes
-
     greedy = g.greedy()
     return greedy if peak_bytes(f, greedy, align) <= peak_bytes(f, g.ops, align) else list(g.ops)
 

@@ -6,6 +6,7 @@ that declaration gives the constructor's checks, the accessors and the printed f
 
 from __future__ import annotations
 
+import contextvars
 import enum
 import math
 from dataclasses import dataclass
@@ -362,6 +363,44 @@ def evaluate_dim(d, sizes: dict[str, int]) -> int:
 Dim = int | Dynamic  # a dimension: a size, `?`, or an expression of named sizes (Sym)
 
 
+class Bound(int):
+    """A size at one call that remembers which expression of named sizes it is (`sym`): the types of a
+    function made static for one call of a symbolic one (codegen/symbolic.py). It is that int to every
+    pass and planner; code generation alone reads `sym`, to write a kernel whose extents are the
+    expression, one kernel for every size. Arithmetic on it gives plain ints (what it was derived from
+    is not tracked), so a size a rule computes is the size at this call only."""
+
+    sym: Sym
+
+    def __new__(cls, value: int, sym: Sym) -> Bound:
+        obj = int.__new__(cls, value)
+        obj.sym = sym
+        return obj
+
+    def __reduce__(self):
+        return (int, (int(self),))
+
+
+def broadcast(d, out) -> bool:
+    """Whether an operand's dimension of size `d` is broadcast along a result's dimension of size `out`
+    (None: not known): it is 1, and not by construction the result's own size (a batch that is 1 at
+    this call, in a kernel written for every batch)."""
+    return d == 1 and not (isinstance(d, Bound) and isinstance(out, Bound) and d.sym == out.sym)
+
+
+# While a kernel is lowered with symbolic extents: Bound -> the extent as a TVM expression (codegen/symbolic.py).
+_KERNEL_SIZES: contextvars.ContextVar = contextvars.ContextVar("kernel_sizes", default=None)
+
+
+def kernel_shape(shape: tuple) -> tuple:
+    """A type's shape as the kernel being lowered takes it: each Bound size as its expression of the
+    kernel's size variables where the kernel is lowered symbolically, else the shape as it is. An op's
+    `lower` reads shapes from types through this; one that reads the numbers themselves still lowers
+    right, into a kernel for this size alone."""
+    convert = _KERNEL_SIZES.get()
+    return tuple(shape) if convert is None else tuple(convert(d) for d in shape)
+
+
 def bind_sizes(args: list[tuple[str, tuple, Location | None]], shapes: list[tuple[int, ...]]) -> dict[str, int]:
     """The named sizes that a call's argument shapes give, from (name, declared shape, location) of each
     argument; a GCError naming both arguments and dimensions where one name takes two sizes, or where a
@@ -370,7 +409,7 @@ def bind_sizes(args: list[tuple[str, tuple, Location | None]], shapes: list[tupl
     first: dict[str, tuple[str, int]] = {}
     for (name, declared, loc), shape in zip(args, shapes):
         for i, (d, n) in enumerate(zip(declared, shape)):
-            if isinstance(d, Sym) and d.name is not None:
+            if isinstance(d, Sym) and d.name is not None and not isinstance(n, Dynamic):  # (a name binds none)
                 if d.name in sizes and sizes[d.name] != n:
                     other, j = first[d.name]
                     raise GCError(f"%{name} has size {n} in dimension {i}, which is ?({d.name}); but %{other} gives "
@@ -389,8 +428,8 @@ def bind_sizes(args: list[tuple[str, tuple, Location | None]], shapes: list[tupl
 def unheld(declared: tuple, actual: tuple, sizes: dict[str, int]) -> int | None:
     """The first dimension whose declared expression of named sizes, all of them in `sizes`, is not the
     actual size (a type written `?(batch)` holds only at the batch the arguments bind), or None."""
-    return next((i for i, (d, a) in enumerate(zip(declared, actual))
-                 if isinstance(d, Sym) and d.symbols() <= sizes.keys() and d.evaluate(sizes) != a), None)
+    return next((i for i, (d, a) in enumerate(zip(declared, actual)) if isinstance(d, Sym) and not isinstance(a, Dynamic)
+                 and d.symbols() <= sizes.keys() and d.evaluate(sizes) != a), None)
 
 
 def dim_text(d) -> str:

@@ -42,9 +42,14 @@ def main() -> None:
     p.add_argument("--batches", type=int, default=15)
     p.add_argument("--calls", type=int, default=5)
     p.add_argument("--target", default="llvm", choices=["llvm", "cuda"], help="cuda: whole calls from NumPy")
+    p.add_argument("--only", help="comma-separated cases (mlp, cnn, transformer)")
     args = p.parse_args()
-    print("| model | size | dynamic ms | static ms | dynamic / static |\n|---|---:|---:|---:|---:|")
+    only = set(args.only.split(",")) if args.only else set(CASES)
+    print("| model | size | dynamic ms | static ms | dynamic / static | kernels built at this size |\n"
+          "|---|---:|---:|---:|---:|---:|")
     for name, (at, sizes) in CASES.items():
+        if name not in only:
+            continue
         first = random_inputs(compiler.parse(at(sizes[0]))["main"], 0)
         data = next(iter(first))
         weights = {k: v for k, v in first.items() if k != data}
@@ -63,7 +68,8 @@ def main() -> None:
                         times.append(time.perf_counter() - t)
                     best[key].append(min(times))
             d, s = np.median(best["dynamic"]), np.median(best["static"])
-            print(f"| {name} | {n} | {d * 1e3:.3f} | {s * 1e3:.3f} | {d / s:.2f} |", flush=True)
+            built = getattr(dynamic.model_for([x.shape]), "built_functions", "-")
+            print(f"| {name} | {n} | {d * 1e3:.3f} | {s * 1e3:.3f} | {d / s:.2f} | {built} |", flush=True)
 
 
 if __name__ == "__main__":

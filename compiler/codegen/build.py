@@ -52,12 +52,11 @@ def plan_module(module: Module, target: str = "llvm", entry: str = "main", *, co
 
 
 def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: str | None = None,
-          concurrent: bool = False) -> CompiledModel:
+          concurrent: bool = False, kernels: KernelStore | None = None) -> CompiledModel:
     """Plan memory (unless the module is planned already), then lower, schedule and compile the entry
-    function's kernels into one library."""
-    import tvm
-
-    from compiler.codegen import llvm_pipeline
+    function's kernels into one library. `kernels` (a symbolic function at one size: codegen/symbolic.py):
+    lower the kernels with their `Bound` sizes as expressions, take each from the store where an earlier
+    size built it, and add the rest to it."""
 
     tgt = make_target(target, arch)
     file_order_bound = plan_module(module, target, entry, concurrent=concurrent)
@@ -66,51 +65,145 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
         raise GCError(f"a plan with bordered views of the arena (plan-memory's borders-in-arena) builds for "
                       f"llvm only, not {target}: plan it without borders-in-arena")
     planned = read(module, entry)  # the planned function's kernels and where their tensors lie, read once
-    kernels = planned.kernels
-    prims = {id(k): lower_kernel(k) for k in kernels}
-    sched = _Scheduler(target, tgt, prims)
+    symbolic = kernels is not None
+    if kernels is None:
+        kernels = KernelStore(target, tgt)
+    prims: dict[int, object] = {}
+    sched = kernels.scheduler(prims)
+    for k in planned.kernels:
+        prims[id(k)] = lower_kernel(k, symbolic=symbolic)
+        if symbolic and "gc.sizes" in prims[id(k)].attrs and _falls_off(sched, k, lower_kernel(k)):
+            prims[id(k)] = lower_kernel(k)
     blocked = {}
     if target == "llvm" and layout.ENABLED:
         blocked = layout.assign(planned, lambda k, proposal: sched(k, proposal)[1])
     funcs = {}
     built: dict[int, Built] = {}  # id(kernel) ->
-    for k in kernels:
+    used: dict[str, object] = {}  # symbol -> the scheduled function
+    for k in planned.kernels:
         proposal = layout.proposal_of(k, blocked) if blocked else {}
-        prim, _, twin = sched(k, proposal)
-        if twin is not None:
-            # A repeated block (ResNet's bottlenecks, a transformer's layers): the same code on its own
-            # weights, built once.
-            built[id(k)] = built[id(twin)]
-            continue
-        prim = prim.with_attr("global_symbol", k.name)
-        tags = prim.attrs.get("gc.prepack") if prim.attrs is not None else None
-        # Weights the kernel reads in a packed layout are packed here, once, and the artifact carries them.
-        built[id(k)] = Built(k.name, str(prim.attrs["gc.schedule"]) if prim.attrs and "gc.schedule" in prim.attrs
-                             else "none", {int(str(n)[1:]): str(t) for n, t in tags.items()} if tags else {})
-        sched.owner(k, proposal)
-        funcs[k.name] = prim
-    scheduled = tvm.IRModule(funcs)
-    lib_bytes, sources = None, None
-    if not funcs:
-        lib = None
-    elif target == "llvm" and len(funcs) >= llvm_pipeline.PARALLEL_FUNCTIONS and num_cores() > 1:
-        lib, lib_bytes, sources = llvm_pipeline.build_library(scheduled, tgt, min(num_cores(), 8))
-    elif target == "llvm":
-        lib = llvm_pipeline.compile_cpu(scheduled, tgt)  # TVM's lowering, then strided loads as shuffles
-    else:
-        lib = tvm.compile(scheduled, target=tgt)
+        prim, _, done = sched(k, proposal)
+        if done is None:
+            # (A repeated block, ResNet's bottlenecks or a transformer's layers, is the same code on its own
+            # weights: built once; so is a kernel an earlier size of a symbolic function built.)
+            name = kernels.unique(k.name)
+            prim = prim.with_attr("global_symbol", name)
+            tags = prim.attrs.get("gc.prepack") if prim.attrs is not None else None
+            # Weights the kernel reads in a packed layout are packed here, once, and the artifact carries them.
+            done = Built(name, str(prim.attrs["gc.schedule"]) if prim.attrs and "gc.schedule" in prim.attrs
+                         else "none", {int(str(n)[1:]): str(t) for n, t in tags.items()} if tags else {})
+            sched.done(k, proposal, done)
+            funcs[name] = prim
+        built[id(k)] = done
+        used[done.symbol] = prim
+    lib = kernels.add(funcs, num_cores()) if funcs or kernels.libraries else None
     plan, consts = _plan(planned, blocked, built)
-    plan.signatures = {name: signature(prim) for name, prim in funcs.items()}
+    sizes = {built[id(k)].symbol: kernel_sizes(k) for k in planned.kernels} if symbolic else {}
+    plan.signatures = {name: signature(prim, sizes.get(name)) for name, prim in used.items()}
     _check(plan, tgt)
     if file_order_bound is not None:
         plan.memory["file_order_lower_bound_bytes"] = file_order_bound
-    plan.unaligned_inputs = bool(funcs) and all(_attr(p, "gc.unaligned") for p in funcs.values())
+    plan.unaligned_inputs = bool(used) and all(_attr(p, "gc.unaligned") for p in used.values())
     model = CompiledModel(lib, plan, consts, tgt)
-    model.lib_bytes = lib_bytes  # built as a shared library already: saved as it is
-    model.sources = sources
-    model.scheduled = scheduled
+    if not symbolic:
+        model.lib_bytes = kernels.lib_bytes  # built as a shared library already: saved as it is
+        model.sources = kernels.sources
+    import tvm
+
+    model.scheduled = tvm.IRModule(used)
     model.planned = module
     return model
+
+
+def _falls_off(sched: _Scheduler, k: Kernel, static) -> bool:
+    """Whether the kernel, lowered with sizes as expressions, takes another schedule rule than with its
+    sizes as numbers (a rule that needs static extents: the symbolic kernel would run on the generic
+    schedule). Such a kernel is built for each size, at the speed of its rule."""
+    rule = sched(k, {})[0].attrs["gc.schedule"]
+    symbolic = sched.prims[id(k)]
+    sched.prims[id(k)] = static
+    sched.hashes.pop(id(k), None)
+    try:
+        return sched(k, {})[0].attrs["gc.schedule"] != rule
+    finally:
+        sched.prims[id(k)] = symbolic
+        sched.hashes.pop(id(k), None)
+
+
+class KernelStore:
+    """The scheduled kernels and the library functions built so far: one build's, or every size's of a
+    symbolic function (codegen/symbolic.py), whose later sizes take the functions of structurally equal
+    kernels instead of building them again."""
+
+    def __init__(self, target: str, tgt, symbolic: bool = False):
+        self.target, self.tgt, self.symbolic = target, tgt, symbolic
+        self.entries: dict[int, list[dict]] = {}  # structural hash -> scheduled entries
+        self.libraries: list = []  # (loaded library, its object files or None)
+        self.names: set[str] = set()
+        self.lib_bytes: bytes | None = None  # the one library of a single build, as built
+        self.sources: list | None = None
+        self.built_functions = 0
+
+    def scheduler(self, prims: dict[int, object]) -> _Scheduler:
+        return _Scheduler(self, prims)
+
+    def unique(self, name: str) -> str:
+        """A library symbol of its own (a symbolic function's sizes each name their kernels from 0)."""
+        out, n = name, 0
+        while out in self.names:
+            n += 1
+            out = f"{name}_v{n}"
+        self.names.add(out)
+        return out
+
+    def add(self, funcs: dict[str, object], cores: int):
+        """Build these functions into a library of their own; the store's functions, as one library."""
+        import tvm
+
+        from compiler.codegen import llvm_pipeline
+
+        self.built_functions += len(funcs)
+        if funcs:
+            scheduled = tvm.IRModule(funcs)
+            objects = None
+            if self.target == "llvm" and (self.symbolic or len(funcs) >= llvm_pipeline.PARALLEL_FUNCTIONS and cores > 1):
+                lib, lib_bytes, sources, objects = llvm_pipeline.build_library(scheduled, self.tgt, max(1, min(cores, 8)))
+                if not self.libraries:
+                    self.lib_bytes, self.sources = lib_bytes, sources
+            elif self.target == "llvm":
+                lib = llvm_pipeline.compile_cpu(scheduled, self.tgt)  # TVM's lowering, then strided loads as shuffles
+            else:
+                lib = tvm.compile(scheduled, target=self.tgt)
+            self.libraries.append((lib, objects))
+        return Libraries(self) if self.symbolic else self.libraries[0][0]
+
+
+class Libraries:
+    """Functions by symbol from every library a store has built (a symbolic function's sizes)."""
+
+    def __init__(self, store: KernelStore):
+        self.libs = [lib for lib, _ in store.libraries]
+        self.store = store
+
+    def __getitem__(self, symbol: str):
+        for lib in self.libs:
+            if lib.implements_function(symbol, query_imports=True):
+                return lib[symbol]
+        raise KeyError(symbol)
+
+    def export_library(self, path: str) -> None:
+        """One shared library of every function, linked from the object files of the parts."""
+        from compiler.codegen import llvm_pipeline
+
+        llvm_pipeline.link_objects([o for _, objects in self.store.libraries for o in objects], path)
+
+
+def kernel_sizes(k: Kernel) -> dict[str, int]:
+    """The kernel's size variables (codegen/symbolic.py) by name, at the sizes of its types."""
+    from compiler.codegen.lower import _kernel_results
+    from compiler.codegen.symbolic import KernelSizes
+
+    return KernelSizes([v.type.shape for v in (*k.params, *_kernel_results(k, None))]).values()
 
 
 @dataclass(frozen=True)
@@ -125,11 +218,11 @@ class Built:
 
 class _Scheduler:
     """Schedules the kernels, each once per layout of its parameters; structurally equal kernels (ResNet's
-    repeated bottlenecks) share one schedule and, in the library, one function (their `owner`'s)."""
+    repeated bottlenecks, and in a symbolic function the same kernel at another size) share one schedule
+    and one library function (the `Built` of the first)."""
 
-    def __init__(self, target: str, tgt, prims: dict[int, object]):
-        self.target, self.tgt, self.prims = target, tgt, prims
-        self.entries: dict[int, list[dict]] = {}
+    def __init__(self, store: KernelStore, prims: dict[int, object]):
+        self.store, self.prims = store, prims
         self.hashes: dict[int, int] = {}
 
     def _entry(self, k: Kernel, proposal: dict) -> dict:
@@ -139,20 +232,20 @@ class _Scheduler:
         if id(k) not in self.hashes:
             self.hashes[id(k)] = tvm_ffi.structural_hash(anon)
         key = tuple(sorted(proposal.items()))
-        same = self.entries.setdefault(self.hashes[id(k)], [])
+        same = self.store.entries.setdefault(self.hashes[id(k)], [])
         for e in same:
             if e["kind"] == k.kind and e["key"] == key and tvm_ffi.structural_equal(e["anon"], anon):
                 return e
-        same.append({"anon": anon, "kind": k.kind, "key": key, "prim": None, "native": frozenset(), "owner": None})
+        same.append({"anon": anon, "kind": k.kind, "key": key, "prim": None, "native": frozenset(), "built": None})
         return same[-1]
 
     def __call__(self, k: Kernel, proposal: dict):
-        """(the scheduled PrimFunc, the parameter positions its rule took blocked natively, the kernel whose
-        library function it is, if one was built)."""
+        """(the scheduled PrimFunc, the parameter positions its rule took blocked natively, the `Built` of
+        its library function if one was built)."""
         e = self._entry(k, proposal)
         if e["prim"] is None:
             prim = self.prims[id(k)]
-            if self.target == "llvm":
+            if self.store.target == "llvm":
                 from compiler.codegen import schedule_cpu
 
                 # unaligned: kernels take NumPy arrays as malloc aligns them (16 bytes), so calls copy nothing.
@@ -163,12 +256,12 @@ class _Scheduler:
             else:
                 from compiler.codegen import schedule_cuda
 
-                prim = schedule_cuda.schedule(prim, k.kind, self.tgt)
+                prim = schedule_cuda.schedule(prim, k.kind, self.store.tgt)
             e["prim"] = prim
-        return e["prim"], e["native"], e["owner"]
+        return e["prim"], e["native"], e["built"]
 
-    def owner(self, k: Kernel, proposal: dict) -> None:
-        self._entry(k, proposal)["owner"] = k
+    def done(self, k: Kernel, proposal: dict, built: Built) -> None:
+        self._entry(k, proposal)["built"] = built
 
 
 def _check(plan: Plan, target: dict) -> None:
@@ -183,12 +276,14 @@ def _check(plan: Plan, target: dict) -> None:
     check_plan({**plan_head(target), **plan.to_json()}, error)
 
 
-def signature(prim) -> list[list]:
+def signature(prim, sizes: dict[str, int] | None = None) -> list[list]:
     """[shape, dtype, strides or None] of each parameter of a scheduled PrimFunc, as the plan's buffers write
     them: what the loader checks every call against, once (CPU kernels carry no checks of their own:
     llvm_pipeline). Strides are those of a bordered buffer's interior, in elements; a parameter whose
     border the kernel writes (schedule_cpu.write_borders) has its pads as a fourth entry, since the stores'
-    offsets are compiled in and strides alone do not tell [1, 1] from [0, 2]."""
+    offsets are compiled in and strides alone do not tell [1, 1] from [0, 2]. `sizes`: the values of a
+    symbolic kernel's size variables, by name, at the sizes of this plan."""
+    ev = _evaluator(sizes) if sizes else int  # (each extent an expression of the size variables)
     borders = prim.attrs.get("gc.borders") if prim.attrs is not None else None
     written = {int(k): [int(v) for v in pads] for k, pads in borders.items()} if borders else {}
     # A compact parameter the kernel reads as another shape of the same bytes is passed as it is.
@@ -196,12 +291,30 @@ def signature(prim) -> list[list]:
     shapes = {int(k): [int(d) for d in shape] for k, shape in views.items()} if views else {}
     out = []
     for i, p in enumerate(prim.params):
-        entry = [shapes.get(i, [int(d) for d in p.shape]), next(str(d) for d in DType if d.tvm == str(p.dtype)),
-                 [int(s) for s in p.strides] or None]
+        entry = [shapes.get(i, [ev(d) for d in p.shape]), next(str(d) for d in DType if d.tvm == str(p.dtype)),
+                 [ev(s) for s in p.strides] or None]
         if i in written:
             entry.append(layout.blocked_pads(written[i]) if len(p.shape) == 5 else written[i])
         out.append(entry)
     return out
+
+
+def _evaluator(sizes: dict[str, int]):
+    """int() of an extent that is an expression of size variables, at these values."""
+    import builtins
+
+    import tvm
+    from tvm import tirx
+
+    def evaluate(e) -> int:
+        if isinstance(e, (builtins.int, tirx.IntImm)):
+            return builtins.int(e)
+        ana = tvm.sym.Analyzer()
+        for v in tirx.analysis.undefined_vars(e):
+            ana.bind(v, tirx.const(sizes[v.name], "int32"))
+        return builtins.int(ana.simplify(e))
+
+    return evaluate
 
 
 def _plan(planned: Planned, blocked: dict[Value, int], built: dict[int, Built]) -> tuple[Plan, dict[str, np.ndarray]]:

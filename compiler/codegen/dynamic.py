@@ -35,7 +35,8 @@ class DynamicModel:
     """Call it with NumPy arrays (positional or by argument name) of any sizes its `?` dimensions allow; it
     returns a list of NumPy arrays. Thread-safe: a size's compile happens once, under a lock."""
 
-    def __init__(self, text: str, options, params: dict[str, np.ndarray] | None, name: str = "<text>"):
+    def __init__(self, text: str, options, params: dict[str, np.ndarray] | None, name: str = "<text>",
+                 symbolic=None):
         from compiler.parser import parse
         from compiler.specialize import is_dynamic
 
@@ -57,6 +58,10 @@ class DynamicModel:
         self.from_cache = False
         self._models: dict[tuple, object] = {}
         self._lock = threading.Lock()
+        # One kernel for every size (codegen/symbolic.py): the module with named sizes after the graph
+        # passes, and the kernels built so far. None: each size is compiled as a static model.
+        self.symbolic = symbolic if options.target == "llvm" else None
+        self.kernels = None
 
     def _set_params(self, params: dict[str, np.ndarray]) -> None:
         """The weights bound, and so the data arguments a call takes."""
@@ -91,10 +96,34 @@ class DynamicModel:
         by_name = dict(zip(self.arg_names, key[0]))
         shapes = [by_name[a.name] if a.name in by_name else self.params[a.name].shape for a in self.func.args]
         values = {name: np.array(elems, dtype) for name, dtype, elems in key[1]}
+        # (Its errors are the diagnostics of sizes that do not fit, naming the argument and dimension.)
         static = specialize_module(self.module, self.options.entry, shapes, values)
+        if self.symbolic is not None:
+            return self._build_symbolic(shapes)
         # The module itself, not its text parsed again (DistilBERT: 0.9 s of a size's first call); its ops
         # keep their locations in the source.
         return driver.compile(static, self.options, params=self.params or None, name=self.name)
+
+    def _build_symbolic(self, shapes: list[tuple[int, ...]]):
+        """The model at these sizes from the symbolic module: a memory plan, and the kernels an earlier
+        size built where they are the same (codegen/symbolic.py)."""
+        import time
+
+        from compiler.codegen.build import KernelStore, build
+        from compiler.codegen.symbolic import instantiate, sizes_of
+        from compiler.codegen.target import make_target
+
+        t0 = time.perf_counter()
+        if self.kernels is None:
+            self.kernels = KernelStore("llvm", make_target("llvm"), symbolic=True)
+        entry = self.options.entry
+        before = self.kernels.built_functions
+        model = build(instantiate(self.symbolic, sizes_of(self.symbolic[entry], shapes)), "llvm", entry=entry,
+                      kernels=self.kernels)
+        model.source = self.source
+        model.compile_seconds = time.perf_counter() - t0
+        model.built_functions = self.kernels.built_functions - before
+        return model
 
     def _bind(self, args, kwargs) -> list[np.ndarray]:
         from compiler.interpreter import bind_inputs

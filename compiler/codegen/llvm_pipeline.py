@@ -90,7 +90,7 @@ PARTS_PER_CORE = 8
 
 def build_library(mod, target, cores: int):
     """The functions of `mod` compiled into one shared library: (the loaded library, its bytes, the
-    compiled LLVM modules, whose source `gc compile --emit llvm/asm` prints).
+    compiled LLVM modules, whose source `gc compile --emit llvm/asm` prints, the object files' bytes).
 
     LLVM compiles a module on one core, and TVM releases the interpreter lock while it does, so the
     functions are split into parts, each compiled and written as an object file in a thread, `cores`
@@ -118,4 +118,19 @@ def build_library(mod, target, cores: int):
             parts = list(pool.map(one, range(len(groups))))
         so = Path(d) / "lib.so"
         cc.create_shared(str(so), [f"{d}/part{i}.o" for i in range(len(groups))])
-        return tvm.runtime.load_module(str(so)), so.read_bytes(), parts
+        objects = [Path(f"{d}/part{i}.o").read_bytes() for i in range(len(groups))]
+        return tvm.runtime.load_module(str(so)), so.read_bytes(), parts, objects
+
+
+def link_objects(objects: list[bytes], path: str) -> None:
+    """One shared library at `path` from object files' bytes (a symbolic function's parts, built size by size)."""
+    import tempfile
+
+    from tvm.support import cc
+
+    with tempfile.TemporaryDirectory() as d:
+        names = [f"{d}/part{i}.o" for i in range(len(objects))]
+        for name, data in zip(names, objects):
+            with open(name, "wb") as out:
+                out.write(data)
+        cc.create_shared(path, names)

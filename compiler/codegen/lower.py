@@ -168,9 +168,32 @@ def _anchor_kind(ops: list[Op]) -> str:
     return min(kinds, key=lambda k: _RANK.get(k, 9)) if kinds else "elementwise"
 
 
-def lower_kernel(k: Kernel, func: Func | None = None):
-    """TE for the kernel's ops, then one PrimFunc named after the kernel."""
+def lower_kernel(k: Kernel, func: Func | None = None, symbolic: bool = False):
+    """TE for the kernel's ops, then one PrimFunc named after the kernel. `symbolic`: its sizes that are
+    `Bound` (a symbolic function at one size: codegen/symbolic.py) as expressions of size variables."""
+    from compiler.ir import _KERNEL_SIZES, Bound
+
+    def sized_border(v, pads) -> bool:  # a border around a size known at run time: stores need its number
+        return pads is not None and any(isinstance(d, Bound) for d in v.type.shape[2:])
+
+    results = _kernel_results(k, func)
+    if not symbolic or any(sized_border(v, p) for v, p in [*zip(k.params, k.in_pads), *zip(results, k.out_pads)]):
+        return _lower_kernel(k, func)
+    from compiler.codegen.symbolic import KernelSizes
+
+    sizes = KernelSizes([v.type.shape for v in (*k.params, *results)])
+    token = _KERNEL_SIZES.set(sizes.convert)
+    try:
+        prim = _lower_kernel(k, func)
+    finally:
+        _KERNEL_SIZES.reset(token)
+    return prim.with_attr("gc.sizes", sizes.exprs()) if sizes.direct else prim
+
+
+def _lower_kernel(k: Kernel, func: Func | None):
     from tvm import te
+
+    from compiler.ir import kernel_shape
 
     env: dict[Value, object] = {}
     placeholders = []
@@ -178,11 +201,12 @@ def lower_kernel(k: Kernel, func: Func | None = None):
     strides: dict[int, tuple[int, ...]] = {}
     for i, (v, view) in enumerate(zip(k.params, k.in_views)):
         pads = k.in_pads[i] if i < len(k.in_pads) else None
-        shape = padded_shape(v.type.shape, pads) if view == "whole" else v.type.shape
+        shape = kernel_shape(v.type.shape)
         if view == "whole":
+            shape = padded_shape(shape, pads)
             whole.add(v)
         elif view == "interior":
-            strides[i] = padded_strides(v.type.shape, pads)
+            strides[i] = padded_strides(shape, pads)
         t = te.placeholder(shape, v.type.dtype.tvm, name=f"p{i}")
         env[v] = t
         placeholders.append(t)
@@ -209,7 +233,7 @@ def lower_kernel(k: Kernel, func: Func | None = None):
     for j, v in enumerate(results):
         pads = k.out_pads[j] if j < len(k.out_pads) else None
         if pads is not None:
-            strides[first_out + j] = padded_strides(v.type.shape, pads)
+            strides[first_out + j] = padded_strides(kernel_shape(v.type.shape), pads)
             if j < len(k.out_borders) and k.out_borders[j]:
                 borders[str(first_out + j)] = [int(p) for p in pads]
     # Indices are int32 unless a tensor of the kernel has 2^31 elements or more (a flat index would wrap).

@@ -261,7 +261,8 @@ def _border_stores(buf, pads: list[int]) -> tirx.Stmt:
         raise GCError(f"internal error: a border on dims {padded} (two neighbouring dims but the first at most); "
                       "please report it with the input file")
     hd, wd = padded[-1] - 1, padded[-1]  # (the rows' dim unpadded where only one dim is)
-    shape = [int(d) for d in buf.shape]
+    # (Planes may be a size variable, a batch known at run time: lower.lower_kernel keeps the rest static.)
+    shape = [int(d) if isinstance(d, tirx.IntImm) else d for d in buf.shape]
     inner = math.prod(shape[wd + 1 :])  # elements of one pixel: 1 (NCHW) or a channel block
     planes = math.prod(shape[:hd])
     top, bottom, left, right = lo[hd], hi[hd], lo[wd] * inner, hi[wd] * inner

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import DType, Op, TensorType, Value, attribute, operand
+from compiler.ir import DType, Op, TensorType, Value, attribute, broadcast, kernel_shape, operand
 from dialects.graph.common import (
     broadcast_shapes,
     is_constant,
@@ -49,10 +49,12 @@ def _arith(dtype: str) -> str:
     return "float32" if dtype in ("float16", "bfloat16") else dtype
 
 
-def _load(x, shape: tuple[int, ...], idx: tuple):
-    """The element of `x` (of `shape`) that NumPy broadcasting reads for the output index `idx`."""
+def _load(x, shape: tuple[int, ...], idx: tuple, out: tuple[int, ...] = ()):
+    """The element of `x` (of `shape`) that NumPy broadcasting reads for the output index `idx` (into a
+    result of shape `out`)."""
     tail = idx[len(idx) - len(shape) :] if shape else ()
-    elem = x(*[0 if d == 1 else i for d, i in zip(shape, tail)])
+    outs = out[len(out) - len(shape) :] if shape and out else (None,) * len(shape)
+    elem = x(*[0 if broadcast(d, o) else i for d, o, i in zip(shape, outs, tail)])
     dtype = _dtype(x)
     return elem.astype(_arith(dtype)) if _arith(dtype) != dtype else elem
 
@@ -65,10 +67,10 @@ def _compute(op: Op, xs: list, expr):
     shapes = [v.type.shape for v in op.operands]
 
     def body(*idx):
-        y = expr(*[_load(x, s, idx) for x, s in zip(xs, shapes)])
+        y = expr(*[_load(x, s, idx, out.shape) for x, s in zip(xs, shapes)])
         return y.astype(out.dtype.tvm) if _dtype(y) != out.dtype.tvm else y
 
-    return te.compute(out.shape, body, name=op.name.split(".")[-1])
+    return te.compute(kernel_shape(out.shape), body, name=op.name.split(".")[-1])
 
 
 def _lower(expr):

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from compiler.diagnostics import GCError
-from compiler.ir import Op, TensorType, Value, differ, operand
+from compiler.ir import Op, TensorType, Value, broadcast, differ, kernel_shape, operand
 from dialects.graph.common import broadcast_shapes, require_numeric, reshaped, same_dtype, unbroadcast
 
 if TYPE_CHECKING:
@@ -94,18 +94,20 @@ def _lower_matmul(self, a, b):
     from tvm import te, tirx
 
     ta, tb, out = self.operands[0].type, self.operands[1].type, self.results[0].type
-    k_size = ta.shape[-1]
+    k_size = kernel_shape(ta.shape)[-1]
+    shape = kernel_shape(out.shape)
     # 16-bit floats accumulate in f32 and round once, as the reference does.
     acc = "float32" if out.dtype.tvm in ("float16", "bfloat16") else out.dtype.tvm
-    if k_size == 0:  # an empty sum; TVM would skip the init of a reduction over an empty loop
-        return te.compute(out.shape, lambda *i: tirx.const(0, out.dtype.tvm), name="matmul")
+    if ta.shape[-1] == 0:  # an empty sum; TVM would skip the init of a reduction over an empty loop
+        return te.compute(shape, lambda *i: tirx.const(0, out.dtype.tvm), name="matmul")
     batch_a, batch_b = ta.shape[:-2], tb.shape[:-2]
     nbatch = out.rank - (ta.rank >= 2) - (tb.rank >= 2)
     k = te.reduce_axis((0, k_size), name="k")
 
     def batch_index(shape: tuple[int, ...], idx: tuple) -> list:
         tail = idx[len(idx) - len(shape) :] if shape else ()
-        return [0 if d == 1 else i for d, i in zip(shape, tail)]
+        outs = out.shape[nbatch - len(shape) : nbatch] if shape else ()
+        return [0 if broadcast(d, o) else i for d, o, i in zip(shape, outs, tail)]
 
     def load(x, idx: list):
         elem = x(*idx)
@@ -119,10 +121,10 @@ def _lower_matmul(self, a, b):
         rhs = load(b, batch_index(batch_b, outer) + [k] + col)
         return te.sum(lhs * rhs, axis=k)
 
-    c = te.compute(out.shape, body, name="matmul")
+    c = te.compute(shape, body, name="matmul")
     if acc == out.dtype.tvm:
         return c
-    return te.compute(out.shape, lambda *i: c(*i).astype(out.dtype.tvm), name="matmul_round")
+    return te.compute(shape, lambda *i: c(*i).astype(out.dtype.tvm), name="matmul_round")
 
 
 MatMul.lower = _lower_matmul

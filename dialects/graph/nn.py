@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import DYN, Op, TensorType, Value, attribute, differ, known, operand, shapes_differ
+from compiler.ir import DYN, Op, TensorType, Value, attribute, differ, kernel_shape, known, operand, shapes_differ
 from dialects.graph.common import (
     dilate,
     extreme_reducer,
@@ -173,7 +173,7 @@ class Conv2d(Op, name="graph.conv2d"):
         dtype = str(x.dtype)
         # Small integers and half floats accumulate wider, then wrap/round back as the reference's cast does.
         acc = "int32" if dtype == "int8" else _compute_dtype(dtype)
-        n, o, ho, wo = self.results[0].type.shape
+        n, o, ho, wo = kernel_shape(self.results[0].type.shape)
         _, cg, kh, kw = self.operands[1].type.shape
         og = o // self.groups
         (sh, sw), (dh, dw), (pt, pl, pb, pr) = self.strides, self.dilations, self.padding
@@ -390,7 +390,7 @@ class MaxPool2d(Pool2d, name="graph.max_pool2d"):
         low = tirx.const(float("-inf"), dtype) if "float" in dtype else te.min_value(dtype)
         xp = self.padded(x, low)
         (sh, sw), (rh, rw) = self.window_strides, self.window_axes()
-        shape = self.results[0].type.shape
+        shape = kernel_shape(self.results[0].type.shape)
         # bf16 compares in f32 (exactly: a max picks one of its inputs), as every bf16 op computes: TVM's
         # bf16 legalization leaves a vectorized select of bf16 values unlowered.
         acc = "float32" if dtype.startswith("bfloat") else dtype
@@ -461,7 +461,7 @@ class AvgPool2d(Pool2d, name="graph.avg_pool2d"):
         (kh, kw), (sh, sw), (pt, pl, pb, pr) = self.kernel, self.window_strides, self.padding
         (rh, rw), with_pad = self.window_axes(), self.count_include_pad
         total = te.compute(
-            (*x.shape[:2], ho, wo),
+            (*x.shape[:2], *kernel_shape((ho, wo))),
             lambda n, c, i, j: te.sum(xp[n, c, i * sh + rh, j * sw + rw].astype(acc), axis=[rh, rw]),
             name="avg_pool2d_sum",
         )
@@ -519,7 +519,7 @@ class GlobalAvgPool2d(Op, name="graph.global_avg_pool2d"):
         acc = _compute_dtype(dtype)
         n, c, h, w = self.operands[0].type.shape
         rh, rw = te.reduce_axis((0, h), name="rh"), te.reduce_axis((0, w), name="rw")
-        total = te.compute((n, c, 1, 1), lambda i, j, _h, _w: te.sum(x[i, j, rh, rw].astype(acc), axis=[rh, rw]),
+        total = te.compute((*x.shape[:2], 1, 1), lambda i, j, _h, _w: te.sum(x[i, j, rh, rw].astype(acc), axis=[rh, rw]),
                            name="global_avg_pool2d_sum")
         return te.compute(total.shape, lambda *i: (total(*i) / float(h * w)).astype(dtype), name="global_avg_pool2d")
 

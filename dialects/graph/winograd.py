@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import Op, TensorType, Value, attribute, differ, known, operand, shapes_differ
+from compiler.ir import Op, TensorType, Value, attribute, differ, kernel_shape, known, operand, shapes_differ
 from dialects.graph.common import require_float, reshaped
 
 if TYPE_CHECKING:
@@ -147,7 +147,7 @@ class WinogradInput(Op, name="graph.winograd_input"):
 
         m, (_, b, _) = self.tile, matrices(self.tile)
         a = m + 2
-        n, c = self.operands[0].type.shape[:2]
+        n, c = kernel_shape(self.operands[0].type.shape[:2])
         _, _, th, tw = self._grid()
         pt, pl, pb, pr = self.padding
         rows, cols = th * m + 2, tw * m + 2  # the padded extent the tiles read
@@ -256,7 +256,7 @@ class WinogradOutput(Op, name="graph.winograd_output"):
         m, (am, _, _) = self.tile, matrices(self.tile)
         a = m + 2
         oh, ow, th, tw = self._grid()
-        n, o = self.results[0].type.shape[:2]
+        n, o = kernel_shape(self.results[0].type.shape[:2])
         r = te.compute(
             (n, th, tw, a, m, o),
             lambda i, y, x, e, j, ch: _choose(j, [_terms(am[:, k], lambda f: mt[e * a + f, (i * th + y) * tw + x, ch])

@@ -147,7 +147,7 @@ def padded_shape(shape: tuple[int, ...], pads) -> tuple[int, ...]:
     if not pads:
         return tuple(shape)
     r = len(shape)
-    return tuple(int(d) + lo + hi for d, lo, hi in zip(shape, pads[:r], pads[r:]))
+    return tuple((int(d) if isinstance(d, (int, np.integer)) else d) + lo + hi for d, lo, hi in zip(shape, pads[:r], pads[r:]))
 
 
 def padded_strides(shape: tuple[int, ...], pads) -> tuple[int, ...]:

@@ -50,15 +50,19 @@ def param_name(sch: s_tir.Schedule, buf) -> str | None:
     return next((str(p.name) for p in sch.mod["main"].params if p.same_as(buf)), None)
 
 
-def single_reduction(sch: s_tir.Schedule, spatial: int, reduce: int):
+def single_reduction(sch: s_tir.Schedule, spatial: int, reduce: int, batch: bool = False):
     """(block, its iter_vars, their static extents) if the function's one reduction block has `spatial`
-    spatial iterators then `reduce` reduction ones, every extent static, and an init; else None."""
+    spatial iterators then `reduce` reduction ones, every extent static, and an init; else None.
+    `batch`: the first extent may be known only at run time (a size variable: codegen/symbolic.py), given
+    as its expression."""
     reductions = [b for b in blocks(sch) if any(iv.iter_type == REDUCE for iv in sch.get(b).iter_vars)]
     if len(reductions) != 1:
         return None
     blk = sch.get(reductions[0])
     ivs = list(blk.iter_vars)
     ext = [static(iv.dom.extent) for iv in ivs]
+    if batch and ext and ext[0] is None:
+        ext[0] = ivs[0].dom.extent
     if [iv.iter_type == REDUCE for iv in ivs] != [False] * spatial + [True] * reduce or None in ext or blk.init is None:
         return None
     return blk, ivs, ext

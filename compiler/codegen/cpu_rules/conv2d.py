@@ -79,7 +79,7 @@ class Conv:
 
 
 def match(sch: s_tir.Schedule) -> Conv | None:
-    found = single_reduction(sch, 4, 3)
+    found = single_reduction(sch, 4, 3, batch=True)
     if found is None:
         return None
     blk, ivs, ext = found
@@ -166,7 +166,9 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     cb = xc or _divisor(ci, (16, 32, 8, 24, 12, 4, 6, 3, 2))
     # One vector of channels (24 or 1000 channels on AVX-512: 8-lane vectors, one a block) takes twice the
     # pixels, for as many accumulators.
-    px = flat_tile(n * (o // ob), oh * ow, flat_pixels(oh * ow, ob // vl)) if ow % 4 != 0 and ob in (vl, 2 * vl) else 0
+    # (A batch known only at run time is at least 2: codegen/symbolic.py builds sizes 0 and 1 apart.)
+    images = n if isinstance(n, int) else 2
+    px = flat_tile(images * (o // ob), oh * ow, flat_pixels(oh * ow, ob // vl)) if ow % 4 != 0 and ob in (vl, 2 * vl) else 0
     flat = px > 0
     tail = flat and (oh * ow) % px != 0
     if not flat:

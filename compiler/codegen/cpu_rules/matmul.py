@@ -99,7 +99,7 @@ def match(sch: s_tir.Schedule) -> Einsum | None:
     ivs = list(blk.iter_vars)
     ext = [static(iv.dom.extent) for iv in ivs]
     red = [n for n, iv in enumerate(ivs) if iv.iter_type == REDUCE]
-    if None in ext or len(red) != 1 or len(red) + sum(iv.iter_type == SPATIAL for iv in ivs) != len(ivs):
+    if ext.count(None) > 1 or len(red) != 1 or len(red) + sum(iv.iter_type == SPATIAL for iv in ivs) != len(ivs):
         return None
     store = blk.body
     if not isinstance(store, tirx.BufferStore) or blk.init is None:
@@ -120,6 +120,10 @@ def match(sch: s_tir.Schedule) -> Einsum | None:
     if j in xi or j not in yi:
         return None
     i = out[-2] if len(out) >= 2 and out[-2] in xi and out[-2] not in yi else None
+    if None in ext:  # rows known only at run time (a kernel for every size: codegen/symbolic.py), nothing else
+        if i is None or ext[i] is not None:
+            return None
+        ext[i] = ivs[i].dom.extent
     batch = [p for p in out if p not in (i, j)]
     if (i is None or ext[i] == 1) and batch and batch[-1] in xi and not any(p in yi for p in batch):
         # One row per batch element against a B they all share (ViT's [197, 1, 768] @ [768, 2304], as
@@ -180,9 +184,16 @@ class Plan:
     pack: bool
 
 
+def symbolic_rows(e: Einsum) -> bool:
+    """Whether the rows are known only at run time: a tile loop over them, no padding past a tile."""
+    return e.i is not None and not isinstance(e.ext[e.i], int)
+
+
 def plan(e: Einsum) -> Plan:
     m = e.ext[e.i] if e.i is not None else 1
     n, k = e.ext[e.j], e.ext[e.k]
+    if symbolic_rows(e):
+        return _symbolic_plan(e, m, n, k)
     vl = lanes(e.dtype)
     # Panels of two vectors of columns, or of one where that divides N and two do not (48 columns on
     # AVX-512): padding to whole panels would add a third to the work, and a padded constant B is not
@@ -229,6 +240,24 @@ def plan(e: Einsum) -> Plan:
     return Plan(mp, mt, mi, np_, nt, ni, kp, kt, order, pack)
 
 
+def _symbolic_plan(e: Einsum, m, n: int, k: int) -> Plan:
+    """Rows known only at run time: whole register tiles of rows (M padded to the tile, its padded rows
+    reading A's last row again: `_clamp_rows`), each column block of B a task that runs K in chunks
+    around every row tile ("kout": B's block stays in L2 for all rows), so no task boundary cuts the
+    rows and no predicate enters the loops."""
+    vl = lanes(e.dtype)
+    nv = 1 if n % (2 * vl) and n % vl == 0 else 2
+    ni = nv * vl
+    if n <= ni:
+        ni = -(-n // vl) * vl
+    mi = accumulators() // (ni // vl)
+    nt = ni * max(1, min(KOUT_NT, -(-n // ni) // (2 * num_cores())))
+    np_, nt = _split(n, ni, nt)
+    pack = _b_is_packable(e) and (n > ni or e.b_dims[-1] != e.j)
+    kp, kt = _k_chunk(k, kout_chunk(ni, cpu().vector_bytes // vl))
+    return Plan(m, mi, mi, np_, nt, ni, kp, kt, "rows", pack)
+
+
 def _b_is_packable(e: Einsum) -> bool:
     return e.j in e.b_dims and e.k in e.b_dims
 
@@ -271,17 +300,22 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
         e = match(sch)
         if e is None:  # (the schedule is this rule's own: the next rule starts from the function again)
             return False
-    if (e.i is None or e.ext[e.i] == 1) and e.b_dims[-1] == e.k:
+    if (e.i is None or (not symbolic_rows(e) and e.ext[e.i] == 1)) and e.b_dims[-1] == e.k:
         return False  # one row against B stored [N, K]: N dot products, the row-reduction rule's
+    if symbolic_rows(e) and (e.batch or _a_is_transposed(e)):
+        return False
     p, m = plan(e), e.ext[e.i] if e.i is not None else 1
     _pad(sch, e, p)
     e = match(sch)
     assert e is not None
     # A GEMV reads a constant B in panels too: each task then streams one contiguous block of it.
     prepacked = (p.pack or p.order == "gemv") and _b_is_packable(e) and _prepack(sch, e, p, ctx)
-    if e.i is not None and p.mp != m and not (_a_is_transposed(e) and p.np_ > p.ni):
+    if e.i is not None and (p.order == "rows" or p.mp != m) and not (_a_is_transposed(e) and p.np_ > p.ni):
         _clamp_rows(sch, e, m, ctx)
-    _tile(sch, e, p, prepacked)
+    if p.order == "rows":
+        _tile_rows(sch, e, p, prepacked)
+    else:
+        _tile(sch, e, p, prepacked)
     return True
 
 
@@ -293,7 +327,7 @@ def _merge_rows(sch: s_tir.Schedule, e: Einsum, ctx: Context) -> bool:
     every block iterates the merged dim; parameters keep their shapes in the kernel's signature
     (`Context.views`). Only where the matmul is the first block and every other block an elementwise
     epilogue over C's dims writing a merged buffer (any other access stays right, through div and mod)."""
-    if e.i is None or e.ext[e.k] == 1:  # (a unit k would not survive the blocks' new iterators)
+    if e.i is None or e.ext[e.k] == 1 or symbolic_rows(e):  # (a unit k would not survive the new iterators)
         return False
     run = [e.i]
     for q in reversed(e.batch):  # the batch iterators just before the rows, none of them B's
@@ -395,11 +429,13 @@ def _clamp(a, dim: int, m: int, func: tirx.PrimFunc) -> tirx.PrimFunc:
             return call
         cond, load, _ = call.args
         if not (isinstance(load, TensorLoad) and load.source.same_as(a) and isinstance(cond, tirx.LT)
-                and isinstance(cond.b, tirx.IntImm) and cond.b.value == m
+                and (isinstance(cond.b, tirx.IntImm) and cond.b.value == m
+                     or not isinstance(m, int) and tvm_ffi.structural_equal(cond.b, m))
                 and tvm_ffi.structural_equal(cond.a, load.indices[dim])):
             return call
         idx = list(load.indices)
-        idx[dim] = tirx.min(idx[dim], tirx.const(m - 1, str(idx[dim].ty.dtype)))
+        last = tirx.const(m - 1, str(idx[dim].ty.dtype)) if isinstance(m, int) else m - 1
+        idx[dim] = tirx.min(idx[dim], last)
         return tirx.BufferLoad(a, idx)
 
     return tvm_ffi.structural_map(func, [(Call, clamp)])
@@ -438,6 +474,8 @@ def _pad(sch: s_tir.Schedule, e: Einsum, p: Plan) -> None:
     if e.i is not None:
         want[e.i] = p.mp
     factors = [want.get(n, 1) if want.get(n, 1) != x else 1 for n, x in enumerate(e.ext)]
+    if symbolic_rows(e):
+        factors[e.i] = p.mi
     if any(f > 1 for f in factors):
         sch.pad_einsum(sch.get_sblock(e.name), factors)
 
@@ -480,6 +518,37 @@ def _tile(sch: s_tir.Schedule, e: Einsum, p: Plan, prepacked: bool = False) -> N
     try_vectorize(sch, sch.get_loops(init)[-1], p.ni)
     try_vectorize(sch, sch.get_loops(out)[-1], p.ni)
     for b in before:  # the pads of A (and of B when it was not packed) stay loop nests of their own
+        _parallel_copy(sch, b, vl)
+
+
+def _tile_rows(sch: s_tir.Schedule, e: Einsum, p: Plan, prepacked: bool) -> None:
+    """The "rows" order of `_symbolic_plan`: tasks are column blocks; in each, K chunks around the row
+    tiles, the epilogue once the block's rows are done."""
+    c = sch.get_sblock(e.name)
+    order = list(blocks(sch))
+    at = [sch.get(b).name_hint for b in order].index(e.name)
+    before, after = order[:at], order[at + 1 :]
+    for b in after[:-1]:
+        sch.compute_inline(b)
+    out = after[-1] if after else sch.cache_write(c, 0, "global")
+    loops = sch.get_loops(c)
+    i, j, k = loops[e.i], loops[e.j], loops[e.k]
+    sch.reorder(i, j, k)
+    i1, i2 = sch.split(i, [None, p.mi])
+    j0, j1, j2 = sch.split(j, [None, p.nt // p.ni, p.ni])
+    k0, k1 = sch.split(k, [None, p.kt])
+    sch.reorder(j0, k0, i1, j1, k1, i2, j2)
+    vl = lanes(e.dtype)
+    if p.pack and not prepacked:
+        _pack(sch, c, e, p, k0, before, vl)
+    sch.reverse_compute_at(out, j0)
+    sch.parallel(j0)
+    sch.unroll(i2)
+    sch.vectorize(j2)
+    init = sch.decompose_reduction(c, k0)
+    try_vectorize(sch, sch.get_loops(init)[-1], p.ni)
+    try_vectorize(sch, sch.get_loops(out)[-1], p.ni)
+    for b in before:
         _parallel_copy(sch, b, vl)
 
 

@@ -11,7 +11,6 @@ the reduce loops run outside it. A whole-tensor reduction runs on one core, in v
 
 from __future__ import annotations
 
-
 from tvm import s_tir, tirx
 
 from compiler.codegen.cpu_rules.common import (

@@ -1,0 +1,160 @@
+"""One kernel for every size (compiler/codegen/symbolic.py): a function with `?` sizes compiled for the CPU
+builds its kernels once, with extents that are expressions of the sizes, and a later size builds only
+what is not symbolic. Every size is checked against the NumPy reference interpreter."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import compiler
+from compiler.codegen.symbolic import KernelSizes, instantiate, symbolize
+from compiler.diagnostics import GCError
+from compiler.inputs import random_inputs
+from compiler.ir import Bound, Sym
+from compiler.parser import parse
+
+MLP = """
+func @main(%x: tensor<?x24xf32>, %w1: tensor<24x40xf32>, %b1: tensor<40xf32>, %w2: tensor<40x8xf32>,
+           %b2: tensor<8xf32>) -> tensor<?x8xf32> {
+  %h = graph.matmul(%x, %w1) : tensor<?x40xf32>
+  %z = graph.add(%h, %b1) : tensor<?x40xf32>
+  %a = graph.relu(%z) : tensor<?x40xf32>
+  %o = graph.matmul(%a, %w2) : tensor<?x8xf32>
+  %y = graph.add(%o, %b2) : tensor<?x8xf32>
+  return %y
+}
+"""
+
+CNN = """
+func @main(%x: tensor<?(batch)x8x12x12xf32>, %w: tensor<16x8x3x3xf32>, %b: tensor<16xf32>,
+           %w2: tensor<16x16x1x1xf32>) -> tensor<?(batch)x16x6x6xf32> {
+  %c = graph.conv2d(%x, %w, %b) {padding = [1, 1, 1, 1]} : tensor<?(batch)x16x12x12xf32>
+  %r = graph.relu(%c) : tensor<?(batch)x16x12x12xf32>
+  %p = graph.max_pool2d(%r) {kernel = [2, 2], strides = [2, 2]} : tensor<?(batch)x16x6x6xf32>
+  %d = graph.conv2d(%p, %w2) : tensor<?(batch)x16x6x6xf32>
+  %y = graph.add(%d, %p) : tensor<?(batch)x16x6x6xf32>
+  return %y
+}
+"""
+
+ATTENTION = """
+func @main(%x: tensor<?(seq)x32xf32>, %wq: tensor<32x32xf32>, %wk: tensor<32x32xf32>) -> tensor<?(seq)x?(seq)xf32> {
+  %q = graph.matmul(%x, %wq) : tensor<?(seq)x32xf32>
+  %k = graph.matmul(%x, %wk) : tensor<?(seq)x32xf32>
+  %kt = graph.transpose(%k) {perm = [1, 0]} : tensor<32x?(seq)xf32>
+  %s = graph.matmul(%q, %kt) : tensor<?(seq)x?(seq)xf32>
+  %p = graph.softmax(%s) {axis = -1} : tensor<?(seq)x?(seq)xf32>
+  return %p
+}
+"""
+
+
+def _weights(text: str, data: str, shape: dict) -> dict[str, np.ndarray]:
+    f = parse(text)["main"]
+    return {k: v for k, v in random_inputs(f, 0, shapes=shape).items() if k != data}
+
+
+def _check(model, text: str, params: dict, x: np.ndarray, data: str = "x") -> None:
+    want = compiler.run(parse(text), {data: x, **params})
+    got = model(x)
+    assert len(got) == len(want)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape
+        scale = float(np.abs(w).max()) if w.size else 1.0
+        np.testing.assert_allclose(g, w, rtol=2e-5, atol=2e-5 * max(1.0, scale))
+
+
+@pytest.fixture(scope="module")
+def mlp():
+    params = _weights(MLP, "x", {"x": (4, 24)})
+    return compiler.compile(MLP, "llvm", params=params), params
+
+
+def test_mlp_builds_its_kernels_once_for_every_size(mlp):
+    model, params = mlp
+    assert model.symbolic is not None
+    rng = np.random.default_rng(0)
+    built = []
+    for n in (5, 16, 2, 33, 64):
+        x = rng.standard_normal((n, 24)).astype(np.float32)
+        _check(model, MLP, params, x)
+        sized = model.model_for([x.shape])
+        built.append(sized.built_functions)
+        # The matmul rule schedules rows known only at run time (no generic fallback).
+        assert {s.schedule for s in sized.plan.steps} == {"matmul"}
+    assert built[0] > 0 and built[1:] == [0, 0, 0, 0]
+    kernels = [tuple(s.kernel for s in model.model_for([(n, 24)]).plan.steps) for n in (5, 16, 2, 33, 64)]
+    assert len(set(kernels)) == 1  # the same library functions at every size
+
+
+def test_a_batch_of_one_is_its_own_specialization(mlp):
+    model, params = mlp
+    x = np.random.default_rng(1).standard_normal((1, 24)).astype(np.float32)
+    _check(model, MLP, params, x)
+    one = model.model_for([x.shape])
+    other = model.model_for([(7, 24)])
+    assert one.built_functions > 0  # a GEMV: sizes of 1 are not symbolic (as torch.compile's 0/1 rule)
+    assert {s.kernel for s in one.plan.steps}.isdisjoint({s.kernel for s in other.plan.steps})
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(0, 48))
+def test_mlp_matches_the_interpreter_at_any_size(mlp, n):
+    model, params = mlp
+    x = np.random.default_rng(n).standard_normal((n, 24)).astype(np.float32)
+    _check(model, MLP, params, x)
+
+
+def test_a_size_that_does_not_fit_is_an_error_naming_the_argument(mlp):
+    model, _ = mlp
+    with pytest.raises(GCError, match="x"):
+        model(np.zeros((3, 23), np.float32))
+
+
+def test_convolutions_share_kernels_across_batches():
+    params = _weights(CNN, "x", {"x": (2, 8, 12, 12)})
+    model = compiler.compile(CNN, "llvm", params=params)
+    assert model.symbolic is not None
+    rng = np.random.default_rng(2)
+    built = {}
+    for n in (2, 3, 5):
+        x = rng.standard_normal((n, 8, 12, 12)).astype(np.float32)
+        _check(model, CNN, params, x)
+        built[n] = model.model_for([x.shape]).built_functions
+    # The convs are symbolic in the batch; what is not (here the pool, on the generic schedule with a
+    # symbolic batch) is built per size, at its own rule's speed.
+    assert 0 < built[3] < built[2] and built[5] == built[3]
+
+
+def test_attention_over_a_sequence_known_at_run_time():
+    params = _weights(ATTENTION, "x", {"x": (6, 32)})
+    model = compiler.compile(ATTENTION, "llvm", params=params)
+    rng = np.random.default_rng(3)
+    for n in (6, 9, 40, 2):
+        _check(model, ATTENTION, params, rng.standard_normal((n, 32)).astype(np.float32))
+
+
+def test_instantiate_keeps_each_size_expression():
+    module = parse(MLP)
+    sym = symbolize(module, "main")
+    assert sym is not None
+    (s0,) = sym["main"].args[0].type.shape[:1]
+    assert isinstance(s0, Sym)
+    at = instantiate(sym, {s0.name: 12})
+    d = at["main"].args[0].type.shape[0]
+    assert isinstance(d, Bound) and d == 12 and d.sym == s0
+    one = instantiate(sym, {s0.name: 1})["main"].args[0].type.shape[0]
+    assert type(one) is int and one == 1
+
+
+def test_a_size_found_only_in_an_expression_is_its_own_variable():
+    n = Sym.symbol("n")
+    sizes = KernelSizes([(Bound(3 * 128 + 1, 128 * n + 1), 64)])
+    v = sizes.convert(Bound(3 * 128 + 1, 128 * n + 1))
+    assert sizes.values() == {str(v): 3 * 128 + 1}
+    assert sizes.exprs() == {str(v): "128 * n + 1"}
+    # n itself is that variable's (v - 1) // 128, so other sizes of n follow from it.
+    assert str(sizes.convert(Bound(3, n))) == f"({v} - 1) // 128"

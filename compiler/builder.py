@@ -7,7 +7,7 @@ from typing import Any
 import numpy as np
 
 from compiler.diagnostics import Location
-from compiler.ir import DType, Dense, Func, Op, TensorType, Value, lookup_op
+from compiler.ir import Dense, DType, Func, Op, TensorType, Value, lookup_op
 
 
 class Builder:

@@ -5,7 +5,6 @@ from __future__ import annotations
 from compiler.diagnostics import Location
 from compiler.ir import Func, Module, Op, Value, format_attr
 
-
 WIDTH = 100
 
 

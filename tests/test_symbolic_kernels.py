@@ -124,17 +124,24 @@ def test_convolutions_share_kernels_across_batches():
         x = rng.standard_normal((n, 8, 12, 12)).astype(np.float32)
         _check(model, CNN, params, x)
         built[n] = model.model_for([x.shape]).built_functions
-    # The convs are symbolic in the batch; what is not (here the pool, on the generic schedule with a
-    # symbolic batch) is built per size, at its own rule's speed.
-    assert 0 < built[3] < built[2] and built[5] == built[3]
+    # Convs, pools and the epilogues take a batch known at run time: nothing is built again.
+    assert built[2] > 0 and built[3] == built[5] == 0
+    rules = {s.schedule for s in model.model_for([(5, 8, 12, 12)]).plan.steps}
+    assert {"conv2d", "pool"} <= rules and "generic" not in rules
 
 
 def test_attention_over_a_sequence_known_at_run_time():
     params = _weights(ATTENTION, "x", {"x": (6, 32)})
     model = compiler.compile(ATTENTION, "llvm", params=params)
     rng = np.random.default_rng(3)
+    built = {}
     for n in (6, 9, 40, 2):
         _check(model, ATTENTION, params, rng.standard_normal((n, 32)).astype(np.float32))
+        built[n] = model.model_for([(n, 32)]).built_functions
+    # The projections and the softmax are one kernel for every sequence; Q K^T, whose columns are the
+    # sequence, falls off the matmul rule when symbolic and is built for each size at that rule's speed.
+    assert 0 < built[9] < built[6] and built[40] == built[9]
+    assert "generic" not in {s.schedule for s in model.model_for([(40, 32)]).plan.steps}
 
 
 def test_instantiate_keeps_each_size_expression():

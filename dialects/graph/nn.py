@@ -641,10 +641,10 @@ class LayerNorm(Op, name="graph.layer_norm"):
 
         dtype = str(x.dtype)
         acc = _compute_dtype(dtype)
-        shape = self.operands[0].type.shape
+        shape = kernel_shape(self.operands[0].type.shape)
         axis = self.axis % len(shape)
         lead, dims = shape[:axis], shape[axis:]
-        count = float(np.prod(dims))
+        count = float(np.prod(self.operands[0].type.shape[axis:]))  # (a number: over a size known at run time, a kernel of that size)
 
         def row_sum(expr, name):
             def at(*i):
@@ -828,7 +828,7 @@ class Softmax(Op, name="graph.softmax"):
     def row_sum_te(self, e: te.Tensor) -> te.Tensor:
         from tvm import te
 
-        shape = self.operands[0].type.shape
+        shape = kernel_shape(self.operands[0].type.shape)
         axis = self.axis % len(shape)
 
         def at(*r):
@@ -846,7 +846,7 @@ class Softmax(Op, name="graph.softmax"):
         """TE twin of `shifted`: x minus its row max, and the sum of exps of that (not yet its log)."""
         from tvm import te
 
-        shape = self.operands[0].type.shape
+        shape = kernel_shape(self.operands[0].type.shape)
         axis = self.axis % len(shape)
         rows = shape[:axis] + shape[axis + 1 :]
 

@@ -22,6 +22,7 @@ from compiler.ir import (
     attribute,
     differ,
     dim_text,
+    kernel_shape,
     known,
     operand,
     static,
@@ -71,7 +72,8 @@ class ShapeOp(Op):
         return 0
 
     def out_shape(self, i: int = 0) -> tuple[int, ...]:
-        return self.results[i].type.shape
+        """The result's shape, as the kernel being lowered takes it (ir.kernel_shape)."""
+        return kernel_shape(self.results[i].type.shape)
 
 
 class Regroup(ShapeOp):
@@ -101,7 +103,7 @@ def _reshaped(x, in_shape: tuple[int, ...], out_shape: tuple[int, ...], name: st
             flat = flat * d + i
         src = []
         for d in reversed(in_shape):
-            src.append(tirx.floormod(flat, d) if d != 1 else 0)
+            src.append(tirx.floormod(flat, d) if not (isinstance(d, int) and d == 1) else 0)
             flat = tirx.floordiv(flat, d)
         # Simplified under the indices' bounds, a reshape that splits or merges dims reads x[c, h, w], not
         # x[(c * 784 + h * 28 + w) // 784 % 116, ...]: the schedules can then see which loops a load
@@ -177,7 +179,7 @@ class Reshape(Regroup, name="graph.reshape"):
         return x.reshape(self.target(x.shape))
 
     def lower(self, x):
-        return _reshaped(x, self.operands[0].type.shape, self.out_shape(), "reshape")
+        return _reshaped(x, kernel_shape(self.operands[0].type.shape), self.out_shape(), "reshape")
 
 
 class Transpose(ShapeOp, name="graph.transpose"):
@@ -523,7 +525,7 @@ class Squeeze(Regroup, name="graph.squeeze"):
         return np.squeeze(x, axis=self.dropped(x.shape))
 
     def lower(self, x):
-        return _reshaped(x, self.operands[0].type.shape, self.out_shape(), "squeeze")
+        return _reshaped(x, kernel_shape(self.operands[0].type.shape), self.out_shape(), "squeeze")
 
 
 class Unsqueeze(Regroup, name="graph.unsqueeze"):
@@ -535,7 +537,7 @@ class Unsqueeze(Regroup, name="graph.unsqueeze"):
     axes = attribute("ints")
 
     def lower(self, x):
-        return _reshaped(x, self.operands[0].type.shape, self.out_shape(), "unsqueeze")
+        return _reshaped(x, kernel_shape(self.operands[0].type.shape), self.out_shape(), "unsqueeze")
 
     def infer(self, x: TensorType) -> TensorType:
         # Axes index the result (ONNX), so they are normalized against the output rank.
@@ -561,7 +563,7 @@ class Flatten(Regroup, name="graph.flatten"):
         return same_type(self, self.x)
 
     def lower(self, x):
-        return _reshaped(x, self.operands[0].type.shape, self.out_shape(), "flatten")
+        return _reshaped(x, kernel_shape(self.operands[0].type.shape), self.out_shape(), "flatten")
 
     def infer(self, x: TensorType) -> TensorType:
         # Unlike other axes, axis == rank is valid here (everything goes to the first dimension).

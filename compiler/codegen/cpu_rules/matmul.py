@@ -251,7 +251,9 @@ def _symbolic_plan(e: Einsum, m, n: int, k: int) -> Plan:
     if n <= ni:
         ni = -(-n // vl) * vl
     mi = accumulators() // (ni // vl)
-    nt = ni * max(1, min(KOUT_NT, -(-n // ni) // (2 * num_cores())))
+    # Column blocks enough, with the batch, for two tasks a core (A is read again for each block).
+    blocks = max(1, -(-2 * num_cores() // math.prod(e.ext[q] for q in e.batch)))
+    nt = ni * max(1, min(8, -(-n // ni) // blocks))
     np_, nt = _split(n, ni, nt)
     pack = _b_is_packable(e) and (n > ni or e.b_dims[-1] != e.j)
     kp, kt = _k_chunk(k, kout_chunk(ni, cpu().vector_bytes // vl))
@@ -302,7 +304,7 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
             return False
     if (e.i is None or (not symbolic_rows(e) and e.ext[e.i] == 1)) and e.b_dims[-1] == e.k:
         return False  # one row against B stored [N, K]: N dot products, the row-reduction rule's
-    if symbolic_rows(e) and (e.batch or _a_is_transposed(e)):
+    if symbolic_rows(e) and _a_is_transposed(e):
         return False
     p, m = plan(e), e.ext[e.i] if e.i is not None else 1
     _pad(sch, e, p)
@@ -522,8 +524,8 @@ def _tile(sch: s_tir.Schedule, e: Einsum, p: Plan, prepacked: bool = False) -> N
 
 
 def _tile_rows(sch: s_tir.Schedule, e: Einsum, p: Plan, prepacked: bool) -> None:
-    """The "rows" order of `_symbolic_plan`: tasks are column blocks; in each, K chunks around the row
-    tiles, the epilogue once the block's rows are done."""
+    """The "rows" order of `_symbolic_plan`: tasks are column blocks (of each batch); in each, K chunks
+    around the row tiles, the epilogue once the block's rows are done."""
     c = sch.get_sblock(e.name)
     order = list(blocks(sch))
     at = [sch.get(b).name_hint for b in order].index(e.name)
@@ -533,16 +535,20 @@ def _tile_rows(sch: s_tir.Schedule, e: Einsum, p: Plan, prepacked: bool) -> None
     out = after[-1] if after else sch.cache_write(c, 0, "global")
     loops = sch.get_loops(c)
     i, j, k = loops[e.i], loops[e.j], loops[e.k]
-    sch.reorder(i, j, k)
+    bl = [loops[n] for n in e.batch]
+    sch.reorder(*bl, i, j, k)
     i1, i2 = sch.split(i, [None, p.mi])
     j0, j1, j2 = sch.split(j, [None, p.nt // p.ni, p.ni])
     k0, k1 = sch.split(k, [None, p.kt])
-    sch.reorder(j0, k0, i1, j1, k1, i2, j2)
+    # K in one chunk: each row tile starts from zero and is written back (its epilogue applied) while hot.
+    # In chunks: every row tile per chunk, B's chunk in L2 for all rows, written back after the last.
+    one = p.kp == p.kt
+    sch.reorder(*bl, j0, *((i1, k0) if one else (k0, i1)), j1, k1, i2, j2)
     vl = lanes(e.dtype)
     if p.pack and not prepacked:
         _pack(sch, c, e, p, k0, before, vl)
-    sch.reverse_compute_at(out, j0)
-    sch.parallel(j0)
+    sch.reverse_compute_at(out, i1 if one else j0)
+    sch.parallel(sch.fuse(*bl, j0))
     sch.unroll(i2)
     sch.vectorize(j2)
     init = sch.decompose_reduction(c, k0)

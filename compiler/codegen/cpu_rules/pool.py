@@ -54,6 +54,8 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     blk = sch.get(red[0])
     kinds = [iv.iter_type == REDUCE for iv in blk.iter_vars]
     ext = [static(iv.dom.extent) for iv in blk.iter_vars]
+    if ext and ext[0] is None:  # a batch known only at run time (codegen/symbolic.py): at least 2
+        ext[0] = 2
     if kinds != [False] * 4 + [True] * 2 or None in ext or blk.init is None:
         return False
     if not isinstance(blk.body, tirx.BufferStore) or len(blk.body.indices) != 4:

@@ -10,7 +10,7 @@ with the conv's epilogue (bias, residual, activation). Tiles are parallel by row
 
 from __future__ import annotations
 
-from tvm import s_tir
+from tvm import s_tir, tirx
 
 from compiler.codegen.cpu_rules.common import (
     Context,
@@ -29,7 +29,8 @@ def _named(sch: s_tir.Schedule) -> dict[str, object]:
 
 
 def _grid(sch: s_tir.Schedule, block) -> list[int]:
-    return [int(iv.dom.extent) for iv in sch.get(block).iter_vars]
+    """The block's extents (a batch known only at run time as its expression)."""
+    return [int(e) if isinstance(e, tirx.IntImm) else e for e in (iv.dom.extent for iv in sch.get(block).iter_vars)]
 
 
 def _native(sch: s_tir.Schedule, block, ctx: Context, vl: int) -> None:
@@ -73,7 +74,7 @@ def apply_input(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     elif pad is not None:  # (a bordered input, the usual case between convs, has no pad stage)
         sch.compute_inline(pad)
     t, p, ch = sch.get_loops(v)
-    pn, py, px = sch.split(p, [n, th, tw])
+    pn, py, px = sch.split(p, [n if isinstance(n, int) else None, th, tw])
     co, cl = sch.split(ch, [None, vl])
     sch.reorder(pn, py, px, co, t, cl)
     _local(sch, s, co, vl)

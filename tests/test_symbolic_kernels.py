@@ -165,3 +165,20 @@ def test_a_size_found_only_in_an_expression_is_its_own_variable():
     assert sizes.exprs() == {str(v): "128 * n + 1"}
     # n itself is that variable's (v - 1) // 128, so other sizes of n follow from it.
     assert str(sizes.convert(Bound(3, n))) == f"({v} - 1) // 128"
+
+
+def test_a_loaded_artifact_builds_new_sizes_symbolically(tmp_path):
+    params = _weights(MLP, "x", {"x": (4, 24)})
+    model = compiler.compile(MLP, "llvm", params=params)
+    x = np.random.default_rng(4).standard_normal((6, 24)).astype(np.float32)
+    model(x)
+    model.save(tmp_path / "m.gcpkg")
+    loaded = compiler.load(tmp_path / "m.gcpkg")
+    np.testing.assert_array_equal(loaded(x)[0], model(x)[0])  # a size it was saved with: no build
+    assert loaded.symbolic is not None
+    built = []
+    for n in (11, 29):
+        y = np.random.default_rng(n).standard_normal((n, 24)).astype(np.float32)
+        _check(loaded, MLP, params, y)
+        built.append(loaded.model_for([y.shape]).built_functions)
+    assert built[0] > 0 and built[1] == 0

@@ -30,6 +30,8 @@ import numpy as np
 from compiler.diagnostics import GCError
 from compiler.ir import fits
 
+_UNSET = object()
+
 
 class DynamicModel:
     """Call it with NumPy arrays (positional or by argument name) of any sizes its `?` dimensions allow; it
@@ -59,8 +61,8 @@ class DynamicModel:
         self._models: dict[tuple, object] = {}
         self._lock = threading.Lock()
         # One kernel for every size (codegen/symbolic.py): the module with named sizes after the graph
-        # passes, and the kernels built so far. None: each size is compiled as a static model.
-        self.symbolic = symbolic if options.target == "llvm" else None
+        # passes (made at the first size where not given: a loaded artifact), and the kernels built so far.
+        self._symbolic = symbolic if symbolic is not None or options.target != "llvm" else _UNSET
         self.kernels = None
 
     def _set_params(self, params: dict[str, np.ndarray]) -> None:
@@ -69,6 +71,20 @@ class DynamicModel:
         self.arg_names = [a.name for a in self.func.args if a.name not in params]
         self.arg_types = [a.type for a in self.func.args if a.name not in params]
         self._dtypes = [t.dtype.np for t in self.arg_types]
+
+    @property
+    def symbolic(self):
+        """The symbolized module after the graph passes, or None where sizes are compiled one by one (a
+        ? that is no expression of the arguments' sizes, attributes taken at run time, the GPU)."""
+        if self._symbolic is _UNSET:
+            from compiler import driver
+            from compiler.codegen.symbolic import symbolize
+
+            module, _ = driver.frontend(self.text, self.name, self.options, self.params or None)
+            self._symbolic = symbolize(module, self.options.entry)
+            if self._symbolic is not None:
+                driver.optimize(self._symbolic, self.options)
+        return self._symbolic
 
     @property
     def sizes(self) -> list[tuple]:

@@ -1,20 +1,23 @@
 """A compiled model of a function with `?` sizes (the contract's v2): one callable, and one artifact, for
 every size.
 
-Each distinct set of argument shapes is compiled at its first call: the module specialized to those sizes
-(compiler/specialize.py: every type re-inferred, sizes that must agree checked, with a diagnostic naming
-the argument), then the same compile a static module gets, through the compile cache, so a size compiled
-once on a machine compiles again in well under a second. Later calls at that size cost what the static
-model's do: the kernels, the memory plan (at the 1.05x bound of that size) and the schedules are those of
-the static function. What this does not do yet is one kernel for every size (TVM kernels with symbolic
-extents): the first call at a new size pays a compile (docs/architecture.md, issue 18).
+On the CPU the function is compiled once with its sizes as names (codegen/symbolic.py): the graph passes
+run once, and each distinct set of argument shapes at its first call gets a memory plan of its own (at
+the 1.05x bound of that size, by construction) and the library functions of the kernels an earlier size
+built, where the kernel is the same code for every size (its extents expressions of the sizes); only
+what is not (a kernel whose rule needs its sizes as numbers; sizes of 0 and 1, which are their own
+specialization) is built for the new size. The sizes are checked first (compiler/specialize.py: every
+type re-inferred, sizes that must agree checked, with a diagnostic naming the argument). Where the
+function's sizes are no expressions of its arguments' (a size computed from data), attributes are taken
+at run time, or on the GPU, each size is compiled as a static module at its first call, through the
+compile cache.
 
 The artifact (`save`, `compiler.load`) is a zip like a .gcpkg (artifact.py) with the module's text as
 given (source.gir), the bound weights (params.npz), the compile options (dynamic.json) and every size
-compiled so far, each a whole static .gcpkg (size-<i>.gcpkg): a deployment warmed at its sizes before
-saving compiles nothing when loaded.
+compiled so far, each a whole static .gcpkg (size-<i>.gcpkg, each with the one library of every kernel
+built so far): a deployment warmed at its sizes before saving compiles nothing when loaded, and a loaded
+model symbolizes its source again at its first new size.
 """
-
 from __future__ import annotations
 
 import io

@@ -99,7 +99,7 @@ def match(sch: s_tir.Schedule) -> Einsum | None:
     ivs = list(blk.iter_vars)
     ext = [static(iv.dom.extent) for iv in ivs]
     red = [n for n, iv in enumerate(ivs) if iv.iter_type == REDUCE]
-    if ext.count(None) > 1 or len(red) != 1 or len(red) + sum(iv.iter_type == SPATIAL for iv in ivs) != len(ivs):
+    if len(red) != 1 or len(red) + sum(iv.iter_type == SPATIAL for iv in ivs) != len(ivs):
         return None
     store = blk.body
     if not isinstance(store, tirx.BufferStore) or blk.init is None:
@@ -120,10 +120,12 @@ def match(sch: s_tir.Schedule) -> Einsum | None:
     if j in xi or j not in yi:
         return None
     i = out[-2] if len(out) >= 2 and out[-2] in xi and out[-2] not in yi else None
-    if None in ext:  # rows known only at run time (a kernel for every size: codegen/symbolic.py), nothing else
-        if i is None or ext[i] is not None:
-            return None
-        ext[i] = ivs[i].dom.extent
+    # Rows, columns or K known only at run time (a kernel for every size: codegen/symbolic.py); no batch.
+    for q in (i, j, red[0]):
+        if q is not None and ext[q] is None:
+            ext[q] = ivs[q].dom.extent
+    if None in ext or (i is None and not isinstance(ext[j], int)):
+        return None
     batch = [p for p in out if p not in (i, j)]
     if (i is None or ext[i] == 1) and batch and batch[-1] in xi and not any(p in yi for p in batch):
         # One row per batch element against a B they all share (ViT's [197, 1, 768] @ [768, 2304], as
@@ -185,8 +187,8 @@ class Plan:
 
 
 def symbolic_rows(e: Einsum) -> bool:
-    """Whether the rows are known only at run time: a tile loop over them, no padding past a tile."""
-    return e.i is not None and not isinstance(e.ext[e.i], int)
+    """Whether rows, columns or K are known only at run time: the "rows" order of `_symbolic_plan`."""
+    return any(not isinstance(e.ext[q], int) for q in (e.i, e.j, e.k) if q is not None)
 
 
 def plan(e: Einsum) -> Plan:
@@ -246,18 +248,24 @@ def _symbolic_plan(e: Einsum, m, n: int, k: int) -> Plan:
     around every row tile ("kout": B's block stays in L2 for all rows), so no task boundary cuts the
     rows and no predicate enters the loops."""
     vl = lanes(e.dtype)
-    nv = 1 if n % (2 * vl) and n % vl == 0 else 2
-    ni = nv * vl
-    if n <= ni:
-        ni = -(-n // vl) * vl
+    if not isinstance(n, int):  # columns known at run time: panels of two vectors, one a task
+        ni = 2 * vl
+        np_, nt = n, ni
+    else:
+        nv = 1 if n % (2 * vl) and n % vl == 0 else 2
+        ni = nv * vl
+        if n <= ni:
+            ni = -(-n // vl) * vl
+        # Column blocks enough, with the batch, for two tasks a core (A is read again for each block).
+        blocks = max(1, -(-2 * num_cores() // math.prod(e.ext[q] for q in e.batch)))
+        nt = ni * max(1, min(8, -(-n // ni) // blocks))
+        np_, nt = _split(n, ni, nt)
     mi = accumulators() // (ni // vl)
-    # Column blocks enough, with the batch, for two tasks a core (A is read again for each block).
-    blocks = max(1, -(-2 * num_cores() // math.prod(e.ext[q] for q in e.batch)))
-    nt = ni * max(1, min(8, -(-n // ni) // blocks))
-    np_, nt = _split(n, ni, nt)
-    pack = _b_is_packable(e) and (n > ni or e.b_dims[-1] != e.j)
-    kp, kt = _k_chunk(k, kout_chunk(ni, cpu().vector_bytes // vl))
-    return Plan(m, mi, mi, np_, nt, ni, kp, kt, "rows", pack)
+    pack = _b_is_packable(e) and (not isinstance(n, int) or n > ni or e.b_dims[-1] != e.j)
+    # K known at run time: one chunk.
+    kp, kt = _k_chunk(k, kout_chunk(ni, cpu().vector_bytes // vl)) if isinstance(k, int) else (k, k)
+    mp = m if not isinstance(m, int) else -(-m // mi) * mi
+    return Plan(mp, mi, mi, np_, nt, ni, kp, kt, "rows", pack)
 
 
 def _b_is_packable(e: Einsum) -> bool:
@@ -312,7 +320,7 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     assert e is not None
     # A GEMV reads a constant B in panels too: each task then streams one contiguous block of it.
     prepacked = (p.pack or p.order == "gemv") and _b_is_packable(e) and _prepack(sch, e, p, ctx)
-    if e.i is not None and (p.order == "rows" or p.mp != m) and not (_a_is_transposed(e) and p.np_ > p.ni):
+    if e.i is not None and (p.order == "rows" or p.mp != m) and not (_a_is_transposed(e) and p.order != "rows" and p.np_ > p.ni):
         _clamp_rows(sch, e, m, ctx)
     if p.order == "rows":
         _tile_rows(sch, e, p, prepacked)
@@ -475,9 +483,20 @@ def _pad(sch: s_tir.Schedule, e: Einsum, p: Plan) -> None:
     want = {e.j: p.np_, e.k: p.kp}
     if e.i is not None:
         want[e.i] = p.mp
+    if p.order == "rows":  # whole register tiles of rows; panels of columns known at run time
+        def factor(q, tile):
+            x = e.ext[q]
+            return tile if not isinstance(x, int) else want[q] if want[q] != x else 1
+
+        factors = [1] * len(e.ext)
+        if e.i is not None:
+            factors[e.i] = p.mi
+        factors[e.j] = factor(e.j, p.ni)
+        factors[e.k] = factor(e.k, 1)
+        if any(f > 1 for f in factors):
+            sch.pad_einsum(sch.get_sblock(e.name), factors)
+        return
     factors = [want.get(n, 1) if want.get(n, 1) != x else 1 for n, x in enumerate(e.ext)]
-    if symbolic_rows(e):
-        factors[e.i] = p.mi
     if any(f > 1 for f in factors):
         sch.pad_einsum(sch.get_sblock(e.name), factors)
 
@@ -539,14 +558,14 @@ def _tile_rows(sch: s_tir.Schedule, e: Einsum, p: Plan, prepacked: bool) -> None
     sch.reorder(*bl, i, j, k)
     i1, i2 = sch.split(i, [None, p.mi])
     j0, j1, j2 = sch.split(j, [None, p.nt // p.ni, p.ni])
-    k0, k1 = sch.split(k, [None, p.kt])
     # K in one chunk: each row tile starts from zero and is written back (its epilogue applied) while hot.
     # In chunks: every row tile per chunk, B's chunk in L2 for all rows, written back after the last.
-    one = p.kp == p.kt
+    one = not isinstance(p.kp, int) or p.kp == p.kt
+    k0, k1 = sch.split(k, [1, None] if one else [None, p.kt])
     sch.reorder(*bl, j0, *((i1, k0) if one else (k0, i1)), j1, k1, i2, j2)
     vl = lanes(e.dtype)
-    if p.pack and not prepacked:
-        _pack(sch, c, e, p, k0, before, vl)
+    if p.pack and not prepacked:  # the task's block of B, once per task (per chunk)
+        _pack(sch, c, e, p, j0 if one else k0, before, vl)
     sch.reverse_compute_at(out, i1 if one else j0)
     sch.parallel(sch.fuse(*bl, j0))
     sch.unroll(i2)

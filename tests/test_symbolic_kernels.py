@@ -185,3 +185,12 @@ def test_a_loaded_artifact_builds_new_sizes_symbolically(tmp_path):
         _check(loaded, MLP, params, y)
         built.append(loaded.model_for([y.shape]).built_functions)
     assert built[0] > 0 and built[1] == 0
+
+
+def test_every_size_shares_the_weights(mlp):
+    model, _ = mlp
+    a, b = (model.model_for([(n, 24)]) for n in (5, 16))
+    for x in (a, b):
+        x(np.zeros((int(x.plan.args[0].shape[0]), 24), np.float32))
+    assert sorted(map(id, a.consts.values())) == sorted(map(id, b.consts.values()))  # prepacked once
+    assert [id(t) for t in a._device_consts() if t is not None] == [id(t) for t in b._device_consts() if t is not None]

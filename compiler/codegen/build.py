@@ -97,7 +97,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
         built[id(k)] = done
         used[done.symbol] = prim
     lib = kernels.add(funcs, num_cores()) if funcs or kernels.libraries else None
-    plan, consts = _plan(planned, blocked, built)
+    plan, consts = _plan(planned, blocked, built, kernels.packed if symbolic else None)
     sizes = {built[id(k)].symbol: kernel_sizes(k) for k in planned.kernels} if symbolic else {}
     plan.signatures = {name: signature(prim, sizes.get(name)) for name, prim in used.items()}
     _check(plan, tgt)
@@ -105,7 +105,9 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
         plan.memory["file_order_lower_bound_bytes"] = file_order_bound
     plan.unaligned_inputs = bool(used) and all(_attr(p, "gc.unaligned") for p in used.values())
     model = CompiledModel(lib, plan, consts, tgt)
-    if not symbolic:
+    if symbolic:  # every size's model holds the same weights, on the device too
+        model.shared_consts = kernels.device_consts
+    else:
         model.lib_bytes = kernels.lib_bytes  # built as a shared library already: saved as it is
         model.sources = kernels.sources
     import tvm
@@ -162,6 +164,10 @@ class KernelStore:
         self.lib_bytes: bytes | None = None  # the one library of a single build, as built
         self.sources: list | None = None
         self.built_functions = 0
+        # A symbolic function's sizes share their weights: prepacked once (by id of the array, layout tag)
+        # and on the device once (by id of the array the plan holds: CompiledModel.shared_consts).
+        self.packed: dict[tuple[int, str], tuple] = {}
+        self.device_consts: dict[int, tuple] = {}
 
     def scheduler(self, prims: dict[int, object]) -> _Scheduler:
         return _Scheduler(self, prims)
@@ -336,10 +342,12 @@ def _evaluator(sizes: dict[str, int]):
     return evaluate
 
 
-def _plan(planned: Planned, blocked: dict[Value, int], built: dict[int, Built]) -> tuple[Plan, dict[str, np.ndarray]]:
+def _plan(planned: Planned, blocked: dict[Value, int], built: dict[int, Built],
+          packed: dict | None = None) -> tuple[Plan, dict[str, np.ndarray]]:
     """The planned entry function as the runtime's plan: buffers (arguments, constants, the arena and its
     views, result buffers) and the steps (kernel calls, copies, stream events) in order. A buffer holding
-    channel-blocked tensors (`blocked`: value -> block width) has their 5-D shape, and pads."""
+    channel-blocked tensors (`blocked`: value -> block width) has their 5-D shape, and pads. `packed`:
+    weights prepacked for earlier plans, by (id of the weights' array, layout tag), shared by this one."""
     f = planned.f
     # Destinations (views, allocations) by the block width of the tensors written into them.
     stored = {d: blocked[r] for op in planned.launches for d, r in zip(op.destinations, op.results) if r in blocked}
@@ -358,11 +366,19 @@ def _plan(planned: Planned, blocked: dict[Value, int], built: dict[int, Built]) 
 
     def const(op, tag: str | None = None) -> int:
         name = f"c{len(consts)}"
-        value = np.ascontiguousarray(op.value.array).reshape(op.value.array.shape)  # keeps rank 0
+        arr = op.value.array  # (as it is where it can be: the same object for every size of a symbolic function)
+        value = arr if arr.flags.c_contiguous else np.ascontiguousarray(arr).reshape(arr.shape)  # keeps rank 0
         if tag is not None:
             from compiler.codegen.schedule_cpu import prepack
 
-            value = prepack(value, tag)
+            key = (id(op.value.array), tag)
+            if packed is None or key not in packed:
+                done = prepack(value, tag)
+                if packed is None:
+                    value = done
+                else:  # (the source array kept with it, so that its id stays its own)
+                    packed[key] = (op.value.array, done)
+            value = packed[key][1] if packed is not None else value
         consts[name] = value
         return add(op.result, "const", shape=value.shape, name=name)
 

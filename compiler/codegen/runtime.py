@@ -56,6 +56,7 @@ class CompiledModel:
         self.arg_names = [a.name for a in plan.args]
         self.arg_types = [(a.shape, np.dtype(DType(a.dtype).np)) for a in plan.args]
         self._consts: list | None = None  # on the device, shared by every workspace: see _device_consts
+        self.shared_consts: dict | None = None  # on the device, shared with other models (_device_const)
         self._consts_lock = threading.Lock()
         slots = {b.index: i for i, b in reversed(list(enumerate(plan.buffers))) if b.kind == "arg"}
         self._arg_slots = [slots.get(k, -1) for k in range(len(plan.args))]
@@ -87,13 +88,24 @@ class CompiledModel:
     def _device_consts(self) -> list:
         """The constants on the device, by buffer slot, copied at the first call rather than at construction:
         a model compiled to be saved copies none (ResNet-50's 144 MB: 0.13 s of `gc compile -o`, Zen 3)."""
-        import tvm
 
         with self._consts_lock:  # first calls on many threads at once copy them once
             if self._consts is None:
-                self._consts = [tvm.runtime.tensor(self.consts[b.name], self.device) if b.kind == "const" else None
+                self._consts = [self._device_const(self.consts[b.name]) if b.kind == "const" else None
                                 for b in self.plan.buffers]
             return self._consts
+
+    def _device_const(self, value: np.ndarray):
+        """`value` on the device; one copy for every model sharing `shared_consts` (a symbolic function's
+        sizes: codegen/symbolic.py), by the array's id (the entry keeps the array, so the id stays its own)."""
+        import tvm
+
+        pool = self.shared_consts
+        if pool is None:
+            return tvm.runtime.tensor(value, self.device)
+        if id(value) not in pool:
+            pool[id(value)] = (value, tvm.runtime.tensor(value, self.device))
+        return pool[id(value)][1]
 
     def workspace_bytes(self) -> int:
         """Device memory a call in flight takes: arenas, buffers of their own, zero-bordered copies, staging."""

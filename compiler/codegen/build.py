@@ -72,8 +72,13 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     sched = kernels.scheduler(prims)
     for k in planned.kernels:
         prims[id(k)] = lower_kernel(k, symbolic=symbolic)
-        if symbolic and "gc.sizes" in prims[id(k)].attrs and _falls_off(sched, k, lower_kernel(k)):
-            prims[id(k)] = lower_kernel(k)
+        if symbolic and "gc.sizes" in prims[id(k)].attrs:
+            e = sched._entry(k, {})
+            if "symbolic" not in e:  # decided at the first size that lowers it (a later one only looks it up)
+                e["symbolic"] = not _falls_off(sched, k, lower_kernel(k))
+            if not e["symbolic"]:
+                prims[id(k)] = lower_kernel(k)
+                sched.hashes.pop(id(k), None)
     blocked = {}
     if target == "llvm" and layout.ENABLED:
         blocked = layout.assign(planned, lambda k, proposal: sched(k, proposal)[1])

@@ -122,12 +122,13 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     return model
 
 
-# Rules whose schedules take extents known only at run time as such: row tiles over rows of any number
-# (matmul), a batch in the parallel loop (conv2d, pool, winograd). Any other rule is kept for a symbolic
-# kernel only where every size variable is the outermost extent of its tensors: inner loops over sizes
-# of the kernel's own (a reshape's div and mod, a softmax's row of a sequence's length) lose their vectors
-# (the transformer's head reshapes 4 -> 66 us, its softmax 31 -> 85 us at 128; Zen 3).
-SYMBOLIC_RULES = frozenset({"matmul", "conv2d", "pool", "winograd"})
+# Rules whose schedules take extents known only at run time as such: row tiles over rows, columns or K of
+# any number (matmul), a batch in the parallel loop (conv2d, pool, winograd), vectors over the static
+# inner loops or peeled transpose tiles (generic). Any other rule is kept for a symbolic kernel only where
+# every size variable is the outermost extent of its tensors: the reductions' rules take their vector
+# lanes along a row, and over a row of a sequence's length they lose them (the transformer's softmax 31
+# -> 85 us at 128; Zen 3).
+SYMBOLIC_RULES = frozenset({"matmul", "conv2d", "pool", "winograd", "generic"})
 
 
 def _falls_off(sched: _Scheduler, k: Kernel, static) -> bool:

@@ -18,7 +18,7 @@ from tvm import s_tir, tirx
 from tvm.ir.expr import TensorLoad
 
 from compiler.codegen.cpu_rules import conv2d, depthwise, matmul, pool, reduction, rewrite, winograd
-from compiler.codegen.cpu_rules.common import Context, extent, lanes
+from compiler.codegen.cpu_rules.common import Context, extent, lanes, symbolic
 from compiler.codegen.layout import Blocked
 from compiler.codegen.sblocks import (
     Schedule,
@@ -389,7 +389,8 @@ def _transposed_partner(sch: s_tir.Schedule, b, loops) -> int | None:
     if len(ivs) != len(loops) or len(ivs) < 2 or not isinstance(blk.body, tirx.BufferStore):
         return None
     exts = [extent(sch, lp) for lp in loops]
-    if any(e is None for e in exts) or exts[-1] % TILE:
+    # (The innermost extent may be known only at run time: its last tile is peeled, `_tile_transpose`.)
+    if any(e is None for e in exts[:-1]) or (exts[-1] % TILE if exts[-1] is not None else not symbolic(sch)):
         return None
     last = ivs[-1]
     for ld in (x for x in sub_expressions(blk.body.value) if isinstance(x, TensorLoad)):
@@ -407,7 +408,10 @@ def _tile_transpose(sch: s_tir.Schedule, loops, j: int) -> None:
     """TILE x TILE tiles over loop j and the innermost loop, tiles in parallel, each written a vector a
     row (the K transpose of the transformer block: 21.7 -> 5.0 us)."""
     jo, ji = sch.split(loops[j], [None, TILE])
+    symbolic = extent(sch, loops[-1]) is None
     lo, li = sch.split(loops[-1], [None, TILE])
+    if symbolic:
+        sch.annotate(lo, "pragma_loop_partition_hint", 1)
     rest = [lp for k, lp in enumerate(loops[:-1]) if k != j]
     sch.reorder(*rest, jo, lo, ji, li)
     sch.parallel(sch.fuse(*rest, jo))
@@ -482,6 +486,23 @@ def _parallel_then_vector(sch: s_tir.Schedule, loops, cut: int) -> None:
 
 
 def _parallel_vectorize(sch: s_tir.Schedule, b, loops) -> None:
+    exts = [extent(sch, lp) for lp in loops]
+    if None in exts and symbolic(sch):  # sizes known at run time (codegen/symbolic.py): vectors over static inner loops
+        k = len(loops)
+        while k > 0 and exts[k - 1] is not None:
+            k -= 1
+        n = math.prod(exts[k:]) if k < len(loops) else 0
+        if n >= VECTOR and n % VECTOR == 0:
+            inner = sch.fuse(*loops[k:]) if len(loops) - k > 1 else loops[k]
+            outer, vec = sch.split(inner, [None, VECTOR])
+            sch.parallel(sch.fuse(*loops[:k], outer))
+            try:
+                sch.vectorize(vec)
+            except Exception:  # noqa: BLE001
+                pass
+        else:
+            sch.parallel(sch.fuse(*loops) if len(loops) > 1 else loops[0])
+        return
     fused = sch.fuse(*loops) if len(loops) > 1 else loops[0]
     n = extent(sch, fused) or 0
     if n >= 2 * VECTOR and n % VECTOR == 0:

@@ -91,12 +91,26 @@ def static(e) -> int | None:
     return int(e) if isinstance(e, tirx.IntImm) else None
 
 
+def symbolic(sch: s_tir.Schedule) -> bool:
+    """Whether the kernel has extents known only at run time (size variables: codegen/symbolic.py)."""
+    attrs = sch.mod["main"].attrs
+    return attrs is not None and "gc.sizes" in attrs
+
+
 def try_vectorize(sch: s_tir.Schedule, loop, lanes: int) -> None:
     """Vectorize `loop`, split to `lanes` first when it is longer; a loop TVM refuses stays scalar.
     Where `lanes` does not divide it, TVM's loop partitioning peels the last, predicated piece off (the
     hint), so the others are whole vectors: TVM scalarizes a vector loop under a predicate (softmax rows
     of 197 or 208 ran their exp one lane at a time)."""
     n = extent(sch, loop)
+    if n is None and lanes > 1 and symbolic(sch):  # known at run time (codegen/symbolic.py): the tail peeled
+        try:
+            outer, inner = sch.split(loop, [None, lanes])
+            sch.annotate(outer, "pragma_loop_partition_hint", 1)
+            sch.vectorize(inner)
+        except Exception:  # noqa: BLE001
+            pass
+        return
     if n is None or n < 2:
         return
     try:

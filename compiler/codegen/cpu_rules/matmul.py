@@ -243,9 +243,10 @@ def plan(e: Einsum) -> Plan:
 
 
 def _symbolic_plan(e: Einsum, m, n: int, k: int) -> Plan:
-    """Rows known only at run time: whole register tiles of rows (M padded to the tile, its padded rows
-    reading A's last row again: `_clamp_rows`), each column block of B a task that runs K in chunks
-    around every row tile ("kout": B's block stays in L2 for all rows), so no task boundary cuts the
+    """Rows, columns or K known only at run time (codegen/symbolic.py): whole register tiles of rows (M
+    padded to the tile, its padded rows reading A's last row again: `_clamp_rows`), columns in panels
+    (padded), each column block of B (of each batch) a task over all rows, K in chunks around the row
+    tiles where it is known and long (B's block stays in L2 for all rows): no task boundary cuts the
     rows and no predicate enters the loops."""
     vl = lanes(e.dtype)
     if not isinstance(n, int):  # columns known at run time: panels of two vectors, one a task
@@ -501,7 +502,9 @@ def _pad(sch: s_tir.Schedule, e: Einsum, p: Plan) -> None:
         sch.pad_einsum(sch.get_sblock(e.name), factors)
 
 
-def _tile(sch: s_tir.Schedule, e: Einsum, p: Plan, prepacked: bool = False) -> None:
+def _around(sch: s_tir.Schedule, e: Einsum) -> tuple:
+    """(the matmul block, the blocks before it: pads, the block that writes its result, every epilogue
+    inlined into it)."""
     c = sch.get_sblock(e.name)
     order = list(blocks(sch))
     at = [sch.get(b).name_hint for b in order].index(e.name)
@@ -509,6 +512,11 @@ def _tile(sch: s_tir.Schedule, e: Einsum, p: Plan, prepacked: bool = False) -> N
     for b in after[:-1]:
         sch.compute_inline(b)
     out = after[-1] if after else sch.cache_write(c, 0, "global")
+    return c, before, out
+
+
+def _tile(sch: s_tir.Schedule, e: Einsum, p: Plan, prepacked: bool = False) -> None:
+    c, before, out = _around(sch, e)
 
     loops = sch.get_loops(c)
     i = loops[e.i] if e.i is not None else sch.add_unit_loop(c)
@@ -543,15 +551,10 @@ def _tile(sch: s_tir.Schedule, e: Einsum, p: Plan, prepacked: bool = False) -> N
 
 
 def _tile_rows(sch: s_tir.Schedule, e: Einsum, p: Plan, prepacked: bool) -> None:
-    """The "rows" order of `_symbolic_plan`: tasks are column blocks (of each batch); in each, K chunks
-    around the row tiles, the epilogue once the block's rows are done."""
-    c = sch.get_sblock(e.name)
-    order = list(blocks(sch))
-    at = [sch.get(b).name_hint for b in order].index(e.name)
-    before, after = order[:at], order[at + 1 :]
-    for b in after[:-1]:
-        sch.compute_inline(b)
-    out = after[-1] if after else sch.cache_write(c, 0, "global")
+    """The "rows" order of `_symbolic_plan`: tasks are column blocks (of each batch); in each, the row
+    tiles (K one chunk: each tile written back, its epilogue applied, right after it), or K chunks around
+    the row tiles and the write-back once the block's last chunk is done."""
+    c, before, out = _around(sch, e)
     loops = sch.get_loops(c)
     i, j, k = loops[e.i], loops[e.j], loops[e.k]
     bl = [loops[n] for n in e.batch]

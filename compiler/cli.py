@@ -729,9 +729,10 @@ def cmd_compile(args) -> int:
     else:
         params = load_npz(args.params) if args.params else None
         model = driver.compile(text, options, params=params, name=name, use_cache=False)
+        warm = not hasattr(model, "lib") and model.warm()  # `?` sizes: kernels built now, at one size, and saved
         model.save(out)
-        if not hasattr(model, "lib"):  # `?` sizes: kernels and plans made at the first call of each size
-            return _wrote_dynamic(args, out, time.perf_counter() - t0, model.symbolic is not None)
+        if not hasattr(model, "lib"):  # `?` sizes: a memory plan (and what is not symbolic) at each new size
+            return _wrote_dynamic(args, out, time.perf_counter() - t0, model.symbolic is not None, warm)
         if k:
             cache.store_file(k, Path(out), model)
         plan = model.plan
@@ -751,15 +752,16 @@ _PER_SIZE = ("@{f} has sizes known only at run time (?): {what} made for each si
              "write the sizes in the source to see them for one size")
 
 
-def _wrote_dynamic(args, out: str, seconds: float, symbolic: bool) -> int:
+def _wrote_dynamic(args, out: str, seconds: float, symbolic: bool, built: bool) -> int:
     import json
 
     if args.stats:
         stats = {"dynamic": True, "num_kernels": 0, "compile_seconds": round(seconds, 4), "target": args.target,
                  "source": args.file, "kernels": [], "from_cache": False}
         write_atomic(args.stats, json.dumps(stats, indent=2) + "\n")
-    how = ("one kernel for every size, built at the first call; each new size plans its memory at its first "
-           "call" if symbolic else "each compiles at its first call")
+    when = "built now" if built else "built at the first call"
+    how = (f"one kernel for every size, {when}; each new size plans its memory at its first call" if symbolic
+           else "each compiles at its first call")
     print(f"gc: wrote {out} ({args.target}, sizes known at run time: {how}, {seconds:.2f} s)", file=sys.stderr)
     return 0
 

@@ -171,7 +171,8 @@ class _Reader:
             raise self.error("manifest.json has no table of member hashes")
         expected = set(MEMBERS) | (set(OPTIONAL) & set(hashes))
         if self.format == DYNAMIC_FORMAT:  # a model with ? sizes (codegen/dynamic.py) and its sizes compiled
-            expected = set(DYNAMIC_MEMBERS) | {n for n in hashes if re.fullmatch(r"size-\d{1,6}\.gcpkg", n)}
+            expected = set(DYNAMIC_MEMBERS) | {n for n in hashes if re.fullmatch(r"size-\d{1,6}\.gcpkg|objects-\d{1,6}\.o", n)}
+            expected |= {"kernels.json"} & set(hashes)  # (the kernels built, their object files: KernelStore)
         if set(hashes) != expected:
             raise self.error(f"manifest.json lists {sorted(hashes)}, expected {sorted(expected)}")
         if set(names) != expected | {"manifest.json"}:

@@ -178,6 +178,58 @@ class KernelStore:
     def scheduler(self, prims: dict[int, object]) -> _Scheduler:
         return _Scheduler(self, prims)
 
+    # -- saved with a dynamic artifact (codegen/dynamic.py), so that its new sizes build nothing again --
+
+    def to_json(self) -> dict | None:
+        """The kernels built (and each kernel's symbolic-or-not decision) by structural hash, kind and layout,
+        for an artifact; None where a library has no object files to save (not a symbolic store)."""
+        if not self.symbolic or not self.libraries or any(objects is None for _, objects in self.libraries):
+            return None
+        entries = []
+        for h, same in self.entries.items():
+            for e in same:
+                b = e["built"]
+                if b is None and "symbolic" not in e:
+                    continue
+                entries.append({"hash": h, "kind": e["kind"], "key": repr(e["key"]) if e["anon"] is not None else e["key_repr"],
+                                "symbolic": e.get("symbolic"), "built": None if b is None else
+                                [b.symbol, b.schedule, {str(i): t for i, t in b.prepack.items()}]})
+        return {"entries": entries}
+
+    def restore(self, data: dict, objects: list[bytes]) -> None:
+        """The entries and the library of `to_json` and its object files (checked by the caller's artifact
+        reader; a malformed table raises KeyError, TypeError or ValueError). A restored entry matches a kernel
+        of equal structural hash, kind and layout; the kernel is scheduled again (no code generation) and
+        calls the saved function."""
+        import tempfile
+
+        import tvm
+
+        from compiler.codegen import llvm_pipeline
+
+        if not objects:
+            raise ValueError("no object files")
+        with tempfile.TemporaryDirectory() as d:
+            try:
+                llvm_pipeline.link_objects(objects, f"{d}/lib.so")
+            except RuntimeError as e:  # (the linker's complaint about the objects)
+                raise ValueError(f"its object files do not link ({str(e).splitlines()[0]})") from None
+            lib = tvm.runtime.load_module(f"{d}/lib.so")
+        self.libraries = [(lib, list(objects))]
+        for item in data["entries"]:
+            built = item["built"]
+            if built is not None:
+                symbol, schedule, prepack = str(built[0]), str(built[1]), {int(i): str(t) for i, t in built[2].items()}
+                if not lib.implements_function(symbol):
+                    raise ValueError(f"no function {symbol!r} in the saved objects")
+                built = Built(symbol, schedule, prepack)
+                self.names.add(symbol)
+            entry = {"anon": None, "kind": str(item["kind"]), "key": None, "key_repr": str(item["key"]),
+                     "prim": None, "native": frozenset(), "built": built}
+            if item["symbolic"] is not None:
+                entry["symbolic"] = bool(item["symbolic"])
+            self.entries.setdefault(int(item["hash"]), []).append(entry)
+
     def unique(self, name: str) -> str:
         """A library symbol of its own (a symbolic function's sizes each name their kernels from 0)."""
         out, n = name, 0
@@ -265,6 +317,8 @@ class _Scheduler:
         key = tuple(sorted(proposal.items()))
         same = self.store.entries.setdefault(self.hashes[id(k)], [])
         for e in same:
+            if e["anon"] is None and e["kind"] == k.kind and e["key_repr"] == repr(key):
+                e["anon"], e["key"] = anon, key  # restored from an artifact (KernelStore.restore)
             if e["kind"] == k.kind and e["key"] == key and tvm_ffi.structural_equal(e["anon"], anon):
                 return e
         same.append({"anon": anon, "kind": k.kind, "key": key, "prim": None, "native": frozenset(), "built": None})

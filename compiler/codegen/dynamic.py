@@ -15,8 +15,10 @@ compile cache.
 The artifact (`save`, `compiler.load`) is a zip like a .gcpkg (artifact.py) with the module's text as
 given (source.gir), the bound weights (params.npz), the compile options (dynamic.json) and every size
 compiled so far, each a whole static .gcpkg (size-<i>.gcpkg, each with the one library of every kernel
-built so far): a deployment warmed at its sizes before saving compiles nothing when loaded, and a loaded
-model symbolizes its source again at its first new size.
+built so far), and on the CPU the kernels built (kernels.json and their object files objects-<i>.o:
+build.KernelStore.to_json): a loaded model compiles nothing at a size it was saved with, and at a new one
+symbolizes its source again and finds its kernels among the saved ones (`gc compile` builds them before
+saving: `warm`).
 """
 from __future__ import annotations
 
@@ -34,6 +36,10 @@ from compiler.diagnostics import GCError
 from compiler.ir import fits
 
 _UNSET = object()
+
+
+def _number(name: str) -> int:
+    return int(name.split("-", 1)[1].split(".", 1)[0])
 
 
 class DynamicModel:
@@ -123,6 +129,23 @@ class DynamicModel:
         # keep their locations in the source.
         return driver.compile(static, self.options, params=self.params or None, name=self.name)
 
+    def warm(self, size: int = 2) -> bool:
+        """Build the kernels at the size where every named size is `size` (what `gc compile` does, so that
+        the artifact carries them and its other sizes build nothing); False where there is nothing to
+        build ahead (no symbolic module) or that size does not fit the function."""
+        from compiler.ir import Sym
+
+        if self.symbolic is None:
+            return False
+        args = self.symbolic[self.options.entry].args
+        names = {n: size for a in args for d in a.type.shape if isinstance(d, Sym) for n in d.symbols()}
+        shapes = [tuple(d.evaluate(names) if isinstance(d, Sym) else int(d) for d in a.type.shape) for a in args]
+        try:
+            self.model_for(shapes)
+        except GCError:
+            return False
+        return True
+
     def _build_symbolic(self, shapes: list[tuple[int, ...]]):
         """The model at these sizes from the symbolic module: a memory plan, and the kernels an earlier
         size built where they are the same (codegen/symbolic.py)."""
@@ -206,6 +229,11 @@ class DynamicModel:
                 values.append([[n, d, list(e)] for n, d, e in vkey])
         members["dynamic.json"] = json.dumps({"options": asdict(self.options), "name": self.name,
                                               "sizes": sizes, "values": values}).encode()
+        store = self.kernels.to_json() if self.kernels is not None else None
+        if store is not None:  # the kernels built so far, so that the loaded model's new sizes build none again
+            objects = [o for _, objs in self.kernels.libraries for o in objs]
+            members["kernels.json"] = json.dumps({**store, "objects": len(objects)}).encode()
+            members.update({f"objects-{i}.o": o for i, o in enumerate(objects)})
         write_members(path, DYNAMIC_FORMAT, members, stored=set(members))
 
     @staticmethod
@@ -235,8 +263,12 @@ class DynamicModel:
         model = DynamicModel(text, options, None, str(meta.get("name", path)))
         driver.bind_params(model.module.clone(), options.entry, params)  # names, shapes and dtypes checked
         model._set_params(params)
-        if set(members) != {"source.gir", "params.npz", "dynamic.json", *(f"size-{i}.gcpkg" for i in range(len(sizes)))}:
-            raise GCError(f"{path}: its sizes and its size-<i>.gcpkg members differ")
+        objects = [members[n] for n in sorted((n for n in members if n.startswith("objects-")), key=_number)]
+        kernels = {"kernels.json"} if "kernels.json" in members else set()
+        if set(members) != {"source.gir", "params.npz", "dynamic.json", *kernels,
+                            *(f"size-{i}.gcpkg" for i in range(len(sizes))), *(f"objects-{i}.o" for i in range(len(objects)))}:
+            raise GCError(f"{path}: its sizes and its size-<i>.gcpkg members differ, or its objects-<i>.o and "
+                          "kernels.json")
         with tempfile.TemporaryDirectory() as tmp:
             for i, (key, vkey) in enumerate(zip(sizes, values)):
                 if [n for n, _, _ in vkey] != model.runtime:
@@ -244,4 +276,17 @@ class DynamicModel:
                 p = Path(tmp) / f"{i}.gcpkg"
                 p.write_bytes(members[f"size-{i}.gcpkg"])
                 model._models[(key, vkey)] = artifact.load(p)
+        if kernels and options.target == "llvm" and not any(m.unavailable for m in model._models.values()):
+            from compiler.codegen.build import KernelStore
+            from compiler.codegen.target import make_target
+
+            store = KernelStore("llvm", make_target("llvm"), symbolic=True)
+            try:
+                data = json.loads(members["kernels.json"])
+                if data["objects"] != len(objects):
+                    raise ValueError("its object files are not those kernels.json counts")
+                store.restore(data, objects)
+            except (KeyError, TypeError, ValueError, AttributeError, json.JSONDecodeError) as e:
+                raise GCError(f"{path}: a damaged kernels.json ({type(e).__name__}: {e})") from None
+            model.kernels = store
         return model

@@ -244,3 +244,24 @@ def test_object_files_that_do_not_link_are_refused(tmp_path):
             z.writestr(n, data)
     with pytest.raises(GCError, match="do not link"):
         compiler.load(tmp_path / "bad.gcpkg")
+
+
+def test_a_lowering_that_needs_its_sizes_as_numbers_builds_per_size(monkeypatch):
+    """An op whose `lower` computes with a size as a number (here int() of it) still lowers, at each size."""
+    from dialects.graph.elementwise import Relu
+
+    lower = Relu.lower
+
+    def by_numbers(self, x):
+        [int(d) for d in x.shape]  # raises TypeError on a size variable
+        return lower(self, x)
+
+    monkeypatch.setattr(Relu, "lower", by_numbers)
+    params = _weights(MLP, "x", {"x": (4, 24)})
+    model = compiler.compile(MLP, "llvm", params=params)
+    rng = np.random.default_rng(5)
+    built = {}
+    for n in (3, 6):
+        _check(model, MLP, params, rng.standard_normal((n, 24)).astype(np.float32))
+        built[n] = model.model_for([(n, 24)]).built_functions
+    assert built[6] == 1  # the kernel with the relu, again; the last layer's is shared

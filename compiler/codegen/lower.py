@@ -185,8 +185,12 @@ def lower_kernel(k: Kernel, func: Func | None = None, symbolic: bool = False):
     token = _KERNEL_SIZES.set(sizes.convert)
     try:
         prim = _lower_kernel(k, func)
+    except (TypeError, ValueError, AttributeError):  # an op's lowering that computes with sizes as numbers:
+        prim = None  # a kernel of this size's, as any that reads a size as a number
     finally:
         _KERNEL_SIZES.reset(token)
+    if prim is None:
+        return _lower_kernel(k, func)
     return prim.with_attr("gc.sizes", sizes.exprs()) if sizes.direct else prim
 
 

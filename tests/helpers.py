@@ -1,9 +1,13 @@
-"""Test helpers: the gc command line, and one op through print -> parse -> verify -> interpret."""
+"""Test helpers: the gc command line, one op through print -> parse -> verify -> interpret, artifacts
+rewritten as a tamperer would."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -121,3 +125,24 @@ def assert_pass_leaves_alone(text: str, pass_spec: str, stat: str, weights: tupl
     (p,) = parse_pipeline(pass_spec)
     run_pipeline(module, [p])
     assert str(module) == before and p.stats[stat] == 0
+
+
+def members(path: Path) -> dict[str, bytes]:
+    """An artifact's zip members by name."""
+    with zipfile.ZipFile(path) as z:
+        return {n: z.read(n) for n in z.namelist()}
+
+
+def rewrite(path: Path, out: Path, change, rehash: bool = True) -> Path:
+    """A copy of the artifact with `change(members)` applied; with `rehash`, the manifest updated to match
+    (a tamperer who knows the format), so that only the deeper checks can catch it."""
+    m = members(path)
+    change(m)
+    if rehash and "manifest.json" in m:
+        manifest = json.loads(m["manifest.json"])
+        manifest["sha256"] = {n: hashlib.sha256(d).hexdigest() for n, d in m.items() if n != "manifest.json"}
+        m["manifest.json"] = json.dumps(manifest).encode()
+    with zipfile.ZipFile(out, "w") as z:
+        for n, d in m.items():
+            z.writestr(n, d)
+    return out

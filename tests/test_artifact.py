@@ -10,14 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import ROOT
+from helpers import gc, members, rewrite
 
 import compiler
 from compiler.codegen import artifact
 from compiler.diagnostics import GCError
 from compiler.inputs import random_inputs
 from compiler.parser import parse_file
-from conftest import ROOT
-from helpers import gc
 
 CNN = ROOT / "examples" / "cnn.gir"
 
@@ -30,26 +30,6 @@ def saved(tmp_path_factory) -> Path:
     weights = {k: v for k, v in random_inputs(module["main"], 0, module).items() if k != "x"}
     compiler.compile(str(CNN), "llvm", params=weights).save(path)
     return path
-
-
-def members(path: Path) -> dict[str, bytes]:
-    with zipfile.ZipFile(path) as z:
-        return {n: z.read(n) for n in z.namelist()}
-
-
-def rewrite(path: Path, out: Path, change, rehash: bool = True) -> Path:
-    """A copy of the artifact with `change(members)` applied; with `rehash`, the manifest updated to match
-    (a tamperer who knows the format), so that only the deeper checks can catch it."""
-    m = members(path)
-    change(m)
-    if rehash and "manifest.json" in m:
-        manifest = json.loads(m["manifest.json"])
-        manifest["sha256"] = {n: hashlib.sha256(d).hexdigest() for n, d in m.items() if n != "manifest.json"}
-        m["manifest.json"] = json.dumps(manifest).encode()
-    with zipfile.ZipFile(out, "w") as z:
-        for n, d in m.items():
-            z.writestr(n, d)
-    return out
 
 
 def load_error(path: Path) -> str:

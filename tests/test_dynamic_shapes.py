@@ -284,22 +284,9 @@ def test_any_size_at_any_stage_runs_as_the_static_module(name, n, pipeline) -> N
 
 def _rewrite_member(src, dst, name: str, data: bytes | None) -> None:
     """A copy of artifact `src` with member `name` replaced (None: removed), its manifest hashes redone."""
-    import hashlib
-    import json
-    import zipfile
+    from helpers import rewrite
 
-    with zipfile.ZipFile(src) as z:
-        members = {n: z.read(n) for n in z.namelist() if n != "manifest.json"}
-        manifest = json.loads(z.read("manifest.json"))
-    if data is None:
-        del members[name]
-    else:
-        members[name] = data
-    manifest["sha256"] = {n: hashlib.sha256(d).hexdigest() for n, d in members.items()}
-    with zipfile.ZipFile(dst, "w") as z:
-        z.writestr("manifest.json", json.dumps(manifest))
-        for n, d in members.items():
-            z.writestr(n, d)
+    rewrite(src, dst, lambda m: m.pop(name) if data is None else m.update({name: data}))
 
 
 @pytest.mark.parametrize("name, data, message", [

@@ -73,11 +73,12 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
     for k in planned.kernels:
         prims[id(k)] = lower_kernel(k, symbolic=symbolic)
         if symbolic and "gc.sizes" in prims[id(k)].attrs:
-            e = sched._entry(k, {})
+            e, static = sched._entry(k, {}), None
             if "symbolic" not in e:  # decided at the first size that lowers it (a later one only looks it up)
-                e["symbolic"] = not _falls_off(sched, k, lower_kernel(k))
+                static = lower_kernel(k)
+                e["symbolic"] = not _falls_off(sched, k, static)
             if not e["symbolic"]:
-                prims[id(k)] = lower_kernel(k)
+                prims[id(k)] = static or lower_kernel(k)
                 sched.hashes.pop(id(k), None)
     blocked = {}
     if target == "llvm" and layout.ENABLED:
@@ -139,14 +140,7 @@ def _falls_off(sched: _Scheduler, k: Kernel, static) -> bool:
     rule = sched(k, {})[0].attrs["gc.schedule"]
     if rule not in SYMBOLIC_RULES and not _outer_sizes_only(k):
         return True
-    symbolic = sched.prims[id(k)]
-    sched.prims[id(k)] = static
-    sched.hashes.pop(id(k), None)
-    try:
-        return sched(k, {})[0].attrs["gc.schedule"] != rule
-    finally:
-        sched.prims[id(k)] = symbolic
-        sched.hashes.pop(id(k), None)
+    return sched.store.scheduler({id(k): static})(k, {})[0].attrs["gc.schedule"] != rule
 
 
 def _outer_sizes_only(k: Kernel) -> bool:

@@ -33,7 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from compiler.diagnostics import GCError
-from compiler.ir import fits
+from compiler.ir import bind_sizes, fits
 
 _UNSET = object()
 
@@ -152,7 +152,7 @@ class DynamicModel:
         import time
 
         from compiler.codegen.build import KernelStore, build
-        from compiler.codegen.symbolic import instantiate, sizes_of
+        from compiler.codegen.symbolic import instantiate
         from compiler.codegen.target import make_target
 
         t0 = time.perf_counter()
@@ -160,8 +160,9 @@ class DynamicModel:
             self.kernels = KernelStore("llvm", make_target("llvm"), symbolic=True)
         entry = self.options.entry
         before = self.kernels.built_functions
-        model = build(instantiate(self.symbolic, sizes_of(self.symbolic[entry], shapes)), "llvm", entry=entry,
-                      kernels=self.kernels)
+        f = self.symbolic[entry]
+        sizes = bind_sizes([(a.name, a.type.shape, a.loc) for a in f.args], shapes)  # (checked: specialize)
+        model = build(instantiate(self.symbolic, sizes), "llvm", entry=entry, kernels=self.kernels)
         model.source = self.source
         model.compile_seconds = time.perf_counter() - t0
         model.built_functions = self.kernels.built_functions - before

@@ -20,7 +20,7 @@ the schedules decide; `SymbolicBuild.stats` says how many kernels each size buil
 
 from __future__ import annotations
 
-from compiler.ir import DYN, Bound, Dynamic, Func, Module, Sym, TensorType
+from compiler.ir import DYN, Bound, Dynamic, Module, Sym, TensorType
 
 
 def symbolize(module: Module, entry: str) -> Module | None:
@@ -38,16 +38,6 @@ def symbolize(module: Module, entry: str) -> Module | None:
     out = specialize_module(module, entry, shapes)
     if any(d is DYN for g in out for v in g.values() for d in v.type.shape):
         return None
-    return out
-
-
-def sizes_of(f: Func, shapes: list[tuple[int, ...]]) -> dict[str, int]:
-    """The named sizes that arguments of these shapes give (bind_sizes has checked them already)."""
-    out: dict[str, int] = {}
-    for a, shape in zip(f.args, shapes):
-        for d, n in zip(a.type.shape, shape):
-            if isinstance(d, Sym) and d.name is not None:
-                out[d.name] = int(n)
     return out
 
 

@@ -61,13 +61,11 @@ def compile(source: str | Module, options: Options = Options(), *, params: dict[
     module, model_source = frontend(source, name, options, params)
     if is_dynamic(module[options.entry]):  # `?` sizes: compiled per size at its first call
         from compiler.codegen.dynamic import DynamicModel
-        from compiler.codegen.symbolic import symbolize
+        from compiler.codegen.symbolic import optimized
 
         # One kernel for every size where every size is an expression of the arguments' (codegen/symbolic.py).
-        symbolic = symbolize(module, options.entry) if options.target == "llvm" else None
-        if symbolic is not None:
-            optimize(symbolic, options)
-        elif not has_runtime_attrs(module[options.entry]):  # (passes need every attribute's value)
+        symbolic = optimized(module, options) if options.target == "llvm" else None
+        if symbolic is None and not has_runtime_attrs(module[options.entry]):  # (passes need every attribute's value)
             optimize(module, options)  # the graph passes' own diagnostics now, not at the first call
         model = DynamicModel(model_source, options, params, name, symbolic=symbolic)
         model.compile_seconds = time.perf_counter() - t0

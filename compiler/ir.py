@@ -6,6 +6,7 @@ that declaration gives the constructor's checks, the accessors and the printed f
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import enum
 import math
@@ -386,6 +387,50 @@ def broadcast(d, out) -> bool:
     (None: not known): it is 1, and not by construction the result's own size (a batch that is 1 at
     this call, in a kernel written for every batch)."""
     return d == 1 and not (isinstance(d, Bound) and isinstance(out, Bound) and d.sym == out.sym)
+
+
+class SizeChoices:
+    """The graph passes' choices that depend on a named size (codegen/symbolic.py): the sizes they are
+    made at (`sizes`; a name not given counts as 1) and each choice as a guard `(expression, bound,
+    outcome)`, as torch.compile guards a graph: a size where some guard goes the other way gets a graph
+    of its own. Both graphs compute every size right; the guards only keep each size on the graph made
+    for it (Winograd for a late 4x4 map at a batch of 16, direct at a batch of 1)."""
+
+    def __init__(self, sizes: dict[str, int] | None = None):
+        self.sizes = dict(sizes or {})
+        self.guards: list[tuple[Sym, int, bool]] = []
+
+    def holds(self, sizes: dict[str, int]) -> bool:
+        return all((expr.evaluate(sizes) >= bound) == outcome for expr, bound, outcome in self.guards)
+
+
+_SIZE_CHOICES: contextvars.ContextVar = contextvars.ContextVar("size_choices", default=None)
+
+
+@contextlib.contextmanager
+def choosing(choices: SizeChoices):
+    """Run graph passes with their size-dependent choices made at `choices.sizes` and recorded there."""
+    token = _SIZE_CHOICES.set(choices)
+    try:
+        yield choices
+    finally:
+        _SIZE_CHOICES.reset(token)
+
+
+def at_least(size, bound: int) -> bool:
+    """Whether a size is at least `bound`, for a pass that chooses by it. A `?` with no name counts as 1
+    (it has at least one element); an expression of names is taken at the sizes of `choosing` (a name
+    not given, or outside `choosing`, as 1), and the choice is recorded as a guard there."""
+    if not isinstance(size, Dynamic):
+        return int(size) >= bound
+    if not isinstance(size, Sym):
+        return 1 >= bound
+    choices = _SIZE_CHOICES.get()
+    given = choices.sizes if choices is not None else {}
+    outcome = size.evaluate({s: given.get(s, 1) for s in size.symbols()}) >= bound
+    if choices is not None:
+        choices.guards.append((size, bound, outcome))
+    return outcome
 
 
 # While a kernel is lowered with symbolic extents: Bound -> the extent as a TVM expression (codegen/symbolic.py).

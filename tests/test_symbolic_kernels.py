@@ -133,6 +133,40 @@ def test_convolutions_share_kernels_across_batches():
     assert {"conv2d", "pool"} <= rules and "generic" not in rules
 
 
+LATE_MAP = """
+func @main(%x: tensor<?(batch)x16x4x4xf32>, %w: tensor<16x16x3x3xf32>, %b: tensor<16xf32>) -> tensor<?(batch)x16x4x4xf32> {
+  %c = graph.conv2d(%x, %w, %b) {padding = [1, 1, 1, 1]} : tensor<?(batch)x16x4x4xf32>
+  %y = graph.relu(%c) : tensor<?(batch)x16x4x4xf32>
+  return %y
+}
+"""
+
+
+def test_a_choice_by_batch_gets_a_graph_for_each_side():
+    # A 4x4 map is one Winograd tile an image: the winograd pass wants 16 tiles, so a batch of 2 stays
+    # direct and one of 16 takes Winograd, as their static compiles do; each side is one symbolic graph.
+    params = _weights(LATE_MAP, "x", {"x": (2, 16, 4, 4)})
+    model = compiler.compile(LATE_MAP, "llvm", params=params)
+    rng = np.random.default_rng(5)
+    rules, built = {}, {}
+    for n in (2, 16, 3, 21):
+        _check(model, LATE_MAP, params, rng.standard_normal((n, 16, 4, 4)).astype(np.float32))
+        sized = model.model_for([(n, 16, 4, 4)])
+        rules[n], built[n] = {s.schedule for s in sized.plan.steps}, sized.built_functions
+    assert "winograd" not in rules[2] and rules[2] == rules[3]
+    assert {"winograd", "matmul"} <= rules[16] and rules[16] == rules[21]
+    assert built[16] > 0 and built[3] == built[21] == 0
+
+
+def test_a_loaded_artifact_makes_the_graph_a_new_size_chooses(tmp_path):
+    params = _weights(LATE_MAP, "x", {"x": (2, 16, 4, 4)})
+    compiler.compile(LATE_MAP, "llvm", params=params).save(tmp_path / "m.gcpkg")  # kernels of batch 2
+    loaded = compiler.load(tmp_path / "m.gcpkg")
+    x = np.random.default_rng(6).standard_normal((17, 16, 4, 4)).astype(np.float32)
+    _check(loaded, LATE_MAP, params, x)
+    assert "winograd" in {s.schedule for s in loaded.model_for([x.shape]).plan.steps}
+
+
 def test_attention_over_a_sequence_known_at_run_time():
     params = _weights(ATTENTION, "x", {"x": (6, 32)})
     model = compiler.compile(ATTENTION, "llvm", params=params)

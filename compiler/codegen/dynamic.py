@@ -70,8 +70,10 @@ class DynamicModel:
         self._models: dict[tuple, object] = {}
         self._lock = threading.Lock()
         # One kernel for every size (codegen/symbolic.py): the module with named sizes after the graph
-        # passes (made at the first size where not given: a loaded artifact), and the kernels built so far.
-        self._symbolic = symbolic if symbolic is not None or options.target != "llvm" else _UNSET
+        # passes, one per set of their size-dependent choices (made at the first size that needs it: all of
+        # them in a loaded artifact), and the kernels built so far.
+        self._variants: list[tuple] = [symbolic] if symbolic is not None else []
+        self._symbolic = True if symbolic is not None else False if options.target != "llvm" else _UNSET
         self.kernels = None
 
     def _set_params(self, params: dict[str, np.ndarray]) -> None:
@@ -83,17 +85,29 @@ class DynamicModel:
 
     @property
     def symbolic(self):
-        """The symbolized module after the graph passes, or None where sizes are compiled one by one (a
-        ? that is no expression of the arguments' sizes, attributes taken at run time, the GPU)."""
-        if self._symbolic is _UNSET:
-            from compiler import driver
-            from compiler.codegen.symbolic import symbolize
+        """The symbolized module after the graph passes (the first one made), or None where sizes are
+        compiled one by one (a ? that is no expression of the arguments' sizes, attributes taken at run
+        time, the GPU)."""
+        return self.symbolic_at(None)
 
-            module, _ = driver.frontend(self.text, self.name, self.options, self.params or None)
-            self._symbolic = symbolize(module, self.options.entry)
-            if self._symbolic is not None:
-                driver.optimize(self._symbolic, self.options)
-        return self._symbolic
+    def symbolic_at(self, sizes: dict[str, int] | None):
+        """The symbolized module whose graph passes chose by size as they would at `sizes` (its guards
+        hold there: ir.SizeChoices), made now where none does; None where there is none."""
+        if self._symbolic is False:
+            return None
+        for module, choices in self._variants:
+            if sizes is None or choices.holds(sizes):
+                return module
+        from compiler import driver
+        from compiler.codegen.symbolic import optimized
+
+        module, _ = driver.frontend(self.text, self.name, self.options, self.params or None)
+        made = optimized(module, self.options, sizes)
+        self._symbolic = made is not None
+        if made is None:
+            return None
+        self._variants.append(made)
+        return made[0]
 
     @property
     def sizes(self) -> list[tuple]:
@@ -123,8 +137,10 @@ class DynamicModel:
         values = {name: np.array(elems, dtype) for name, dtype, elems in key[1]}
         # (Its errors are the diagnostics of sizes that do not fit, naming the argument and dimension.)
         static = specialize_module(self.module, self.options.entry, shapes, values)
-        if self.symbolic is not None:
-            return self._build_symbolic(shapes)
+        if self._symbolic is not False:
+            model = self._build_symbolic(shapes)
+            if model is not None:
+                return model
         # The module itself, not its text parsed again (DistilBERT: 0.9 s of a size's first call); its ops
         # keep their locations in the source.
         return driver.compile(static, self.options, params=self.params or None, name=self.name)
@@ -133,26 +149,26 @@ class DynamicModel:
         """Build the kernels at the size where every named size is `size` (what `gc compile` does, so that
         the artifact carries them and its other sizes build nothing); False where there is nothing to
         build ahead (no symbolic module) or that size does not fit the function."""
+        from compiler.codegen.symbolic import named_shapes
         from compiler.ir import Sym
 
-        if self.symbolic is None:
+        if self._symbolic is False:
             return False
-        args = self.symbolic[self.options.entry].args
-        names = {n: size for a in args for d in a.type.shape if isinstance(d, Sym) for n in d.symbols()}
-        shapes = [tuple(d.evaluate(names) if isinstance(d, Sym) else int(d) for d in a.type.shape) for a in args]
+        shapes = [s for a, s in zip(self.func.args, named_shapes(self.func)) if a.name not in self.params]
+        names = {n: size for s in shapes for d in s if isinstance(d, Sym) for n in d.symbols()}
         try:
-            self.model_for(shapes)
+            self.model_for([tuple(d.evaluate(names) if isinstance(d, Sym) else int(d) for d in s) for s in shapes])
         except GCError:
             return False
-        return True
+        return self._symbolic is True
 
     def _build_symbolic(self, shapes: list[tuple[int, ...]]):
         """The model at these sizes from the symbolic module: a memory plan, and the kernels an earlier
-        size built where they are the same (codegen/symbolic.py)."""
+        size built where they are the same (codegen/symbolic.py); None where there is no symbolic module."""
         import time
 
         from compiler.codegen.build import KernelStore, build
-        from compiler.codegen.symbolic import instantiate
+        from compiler.codegen.symbolic import instantiate, named_shapes
         from compiler.codegen.target import make_target
 
         t0 = time.perf_counter()
@@ -160,9 +176,12 @@ class DynamicModel:
             self.kernels = KernelStore("llvm", make_target("llvm"), symbolic=True)
         entry = self.options.entry
         before = self.kernels.built_functions
-        f = self.symbolic[entry]
-        sizes = bind_sizes([(a.name, a.type.shape, a.loc) for a in f.args], shapes)  # (checked: specialize)
-        model = build(instantiate(self.symbolic, sizes), "llvm", entry=entry, kernels=self.kernels)
+        args = zip(self.func.args, named_shapes(self.func))
+        sizes = bind_sizes([(a.name, shape, a.loc) for a, shape in args], shapes)  # (checked: specialize)
+        symbolic = self.symbolic_at(sizes)
+        if symbolic is None:
+            return None
+        model = build(instantiate(symbolic, sizes), "llvm", entry=entry, kernels=self.kernels)
         model.source = self.source
         model.compile_seconds = time.perf_counter() - t0
         model.built_functions = self.kernels.built_functions - before

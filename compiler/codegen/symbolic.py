@@ -2,7 +2,9 @@
 expressions of its named sizes, and at each new size only a memory plan (issue 18; docs/architecture.md).
 
     the entry, every `?` of its arguments a fresh name        (`symbolize`: every type an expression)
-      -> the graph passes, once                                (driver.optimize)
+      -> the graph passes, once                                (`optimized`; again for a size where a
+                                                                choice they made by size goes the other
+                                                                way: ir.at_least, its guards)
     at each distinct size of the arguments:
       -> the module at that size, each size a `Bound` int      (`instantiate`: an int that keeps its expression)
       -> plan memory, read the kernels, lower each one with its extents as expressions of size variables
@@ -32,13 +34,32 @@ def symbolize(module: Module, entry: str) -> Module | None:
     f = module[entry]
     if has_runtime_attrs(f):
         return None
-    taken = {s for a in f.args for d in a.type.shape if isinstance(d, Sym) for s in d.symbols()}
-    fresh = (f"s{i}" for i in range(10**6) if f"s{i}" not in taken)
-    shapes = [tuple(Sym.symbol(next(fresh)) if d is DYN else d for d in a.type.shape) for a in f.args]
-    out = specialize_module(module, entry, shapes)
+    out = specialize_module(module, entry, named_shapes(f))
     if any(d is DYN for g in out for v in g.values() for d in v.type.shape):
         return None
     return out
+
+
+def named_shapes(f) -> list[tuple]:
+    """f's argument shapes with each `?` a fresh name (`s0`, `s1`, ... in order; names given kept)."""
+    taken = {s for a in f.args for d in a.type.shape if isinstance(d, Sym) for s in d.symbols()}
+    fresh = (f"s{i}" for i in range(10**6) if f"s{i}" not in taken)
+    return [tuple(Sym.symbol(next(fresh)) if d is DYN else d for d in a.type.shape) for a in f.args]
+
+
+def optimized(module: Module, options, sizes: dict[str, int] | None = None):
+    """(The symbolized module of @entry after the graph passes, their size-dependent choices made at
+    `sizes` and recorded as guards: ir.SizeChoices), or None where it cannot be symbolized. `module`,
+    the frontend's, is not modified."""
+    from compiler import driver
+    from compiler.ir import SizeChoices, choosing
+
+    out = symbolize(module, options.entry)
+    if out is None:
+        return None
+    with choosing(SizeChoices(sizes)) as choices:
+        driver.optimize(out, options)
+    return out, choices
 
 
 def instantiate(module: Module, sizes: dict[str, int]) -> Module:

@@ -6,7 +6,8 @@ products per channel pair where the direct convolution takes 144; the batched ma
 rule, and the transforms are memory-bound passes over the input and output. What the matmul saves must
 pay for those passes and for U, which is 4x the weights' size: the pass leaves alone convolutions of
 fewer than `min-tiles` tiles (late maps of a batch of one, where the weights outweigh the activations:
-ResNet-50's 512 -> 512 at 7x7 ran slower), and those of few channels, whose transforms cost as much as
+ResNet-50's 512 -> 512 at 7x7 ran slower; a batch that is a named size counts at the size the passes
+run for, and a size on the other side of the bound gets a graph of its own: `ir.at_least`), and those of few channels, whose transforms cost as much as
 their matmul (a first conv on RGB). Grouped, strided and dilated convolutions, and weights passed per
 call, are left alone.
 """
@@ -18,7 +19,7 @@ from dataclasses import dataclass, field
 
 from compiler.builder import Builder
 from compiler.diagnostics import GCError
-from compiler.ir import DType, Module, Value, known, static
+from compiler.ir import DType, Module, Sym, Value, at_least, known, static
 from compiler.passes import Pass
 from compiler.rewrite import rewrite
 from dialects.graph import creation, nn
@@ -54,8 +55,10 @@ class Winograd(Pass):
         m = self.tile
         if not static((oh, ow)):  # the output transform's size is an attribute
             return None
-        n = n if known(n) else 1  # a batch known only at run time has at least one image
-        if min(o, c) < self.min_channels or n * wg.tiles(oh, m) * wg.tiles(ow, m) < self.min_tiles:
+        # A batch known only at run time has at least one image; a named one is taken at the sizes the
+        # passes run for, a graph per side of the bound (ir.at_least).
+        n = n if known(n) or isinstance(n, Sym) else 1
+        if min(o, c) < self.min_channels or not at_least(n * wg.tiles(oh, m) * wg.tiles(ow, m), self.min_tiles):
             return None
         b.loc = op.loc
         u = b.constant(wg.weights(w.owner.value.array, m), w.type.dtype)

@@ -64,7 +64,7 @@ def compile(source: str | Module, options: Options = Options(), *, params: dict[
         from compiler.codegen.symbolic import optimized
 
         # One kernel for every size where every size is an expression of the arguments' (codegen/symbolic.py).
-        symbolic = optimized(module, options) if options.target == "llvm" else None
+        symbolic = optimized(module, options)
         if symbolic is None and not has_runtime_attrs(module[options.entry]):  # (passes need every attribute's value)
             optimize(module, options)  # the graph passes' own diagnostics now, not at the first call
         model = DynamicModel(model_source, options, params, name, symbolic=symbolic)

@@ -436,8 +436,8 @@ def test_threads_calling_one_cuda_model_get_their_own_results(name: str) -> None
 @needs_gpu
 @pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
 def test_a_dynamic_example_on_the_gpu_matches_the_interpreter_at_every_size(name: str) -> None:
-    """One `?` model called at each size (each compiled at its first call) against the static interpreter;
-    a call whose sizes disagree is refused before any kernel runs."""
+    """One `?` model called at each size (its kernels built at the first size, for every size) against the
+    static interpreter; a call whose sizes disagree is refused before any kernel runs."""
     from test_dynamic_shapes import EXAMPLES as DYNAMIC
     from test_dynamic_shapes import _inputs
 
@@ -447,6 +447,61 @@ def test_a_dynamic_example_on_the_gpu_matches_the_interpreter_at_every_size(name
         x = _inputs(at(n))
         for g, w in zip(model(**x), compiler.run(parse(at(n)), x), strict=True):
             np.testing.assert_allclose(g, w, rtol=1e-3, atol=1e-4)
+
+
+@pytest.mark.parametrize("name", ["mlp", "cnn", "transformer"])
+def test_a_dynamic_example_builds_its_cuda_kernels_once_for_every_size(name: str) -> None:
+    """Without a GPU: the kernels of the first size take the sizes as parameters (dlight's rules schedule
+    them), so later sizes build nothing; 1 is its own specialization (a GEMV on the GPU too)."""
+    from test_dynamic_shapes import EXAMPLES as DYNAMIC
+
+    at, _ = DYNAMIC[name]
+    model = compiler.compile(at("?"), "cuda", arch=ARCH)
+    assert model.symbolic is not None
+
+    def sized(n):
+        return model.model_for([tuple(a.type.shape) for a in parse(at(n))["main"].args])
+
+    first = sized(2)
+    assert first.built_functions > 0 and sized(3).built_functions == 0 and sized(17).built_functions == 0
+    assert [s.kernel for s in sized(17).plan.steps] == [s.kernel for s in first.plan.steps]
+    assert sized(1).built_functions > 0
+    source = cuda_source(model.kernels.libraries[0][0])
+    signatures = re.findall(r"__global__ void (?:__launch_bounds__\(\d+\) )?\w+\(([^)]*)\)", source)
+    assert signatures and any(re.search(r"\bint \w+", s) for s in signatures)  # a size, bound at each call
+
+
+@needs_nvcc
+def test_symbolic_cuda_kernels_assemble_to_ptx() -> None:
+    from test_dynamic_shapes import EXAMPLES as DYNAMIC
+
+    at, _ = DYNAMIC["transformer"]
+    model = compiler.compile(at("?"), "cuda", arch=ARCH)
+    model.model_for([tuple(a.type.shape) for a in parse(at(5))["main"].args])
+    ptx = compile_ptx(cuda_source(model.kernels.libraries[0][0]), ARCH).decode()
+    assert ".entry" in ptx and ".param .u32" in ptx
+
+
+def test_a_dynamic_cuda_model_saves_the_sizes_it_built_across_libraries(tmp_path) -> None:
+    """Sizes 2 and 1 build two libraries; each size's .gcpkg gets one library of the kernels it calls."""
+    import zipfile
+
+    from test_dynamic_shapes import EXAMPLES as DYNAMIC
+
+    at, _ = DYNAMIC["mlp"]
+    model = compiler.compile(at("?"), "cuda", arch=ARCH)
+    for n in (2, 1, 6):
+        model.model_for([tuple(a.type.shape) for a in parse(at(n))["main"].args])
+    assert len(model.kernels.libraries) == 2
+    model.save(tmp_path / "m.gcpkg")
+    with zipfile.ZipFile(tmp_path / "m.gcpkg") as z:
+        names = set(z.namelist())
+        assert {"size-0.gcpkg", "size-1.gcpkg", "size-2.gcpkg"} <= names and "kernels.json" not in names
+        for i in range(3):
+            (tmp_path / f"{i}.gcpkg").write_bytes(z.read(f"size-{i}.gcpkg"))
+    for i in range(3):
+        with zipfile.ZipFile(tmp_path / f"{i}.gcpkg") as z:
+            assert len(z.read("lib.so")) > 0
 
 
 def _in_place(pipeline_flag: str) -> str:

@@ -102,7 +102,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
             funcs[name] = prim
         built[id(k)] = done
         used[done.symbol] = prim
-    lib = kernels.add(funcs, num_cores()) if funcs or kernels.libraries else None
+    lib = kernels.add(funcs, num_cores(), used) if funcs or kernels.libraries else None
     plan, consts = _plan(planned, blocked, built, kernels.packed if symbolic else None)
     sizes = {built[id(k)].symbol: kernel_sizes(k) for k in planned.kernels} if symbolic else {}
     plan.signatures = {name: signature(prim, sizes.get(name)) for name, prim in used.items()}
@@ -138,7 +138,8 @@ def _falls_off(sched: _Scheduler, k: Kernel, static) -> bool:
     rule that handles sizes as expressions only in outer loops while some are inner. Such a kernel is
     built for each size, at the speed of its rule."""
     rule = sched(k, {})[0].attrs["gc.schedule"]
-    if rule not in SYMBOLIC_RULES and not _outer_sizes_only(k):
+    # (On the GPU dlight's rules take extents known at run time anywhere: made for Relax's dynamic shapes.)
+    if sched.store.target == "llvm" and rule not in SYMBOLIC_RULES and not _outer_sizes_only(k):
         return True
     return sched.store.scheduler({id(k): static})(k, {})[0].attrs["gc.schedule"] != rule
 
@@ -233,8 +234,10 @@ class KernelStore:
         self.names.add(out)
         return out
 
-    def add(self, funcs: dict[str, object], cores: int):
-        """Build these functions into a library of their own; the store's functions, as one library."""
+    def add(self, funcs: dict[str, object], cores: int, used: dict[str, object] | None = None):
+        """Build these functions into a library of their own; the store's functions, as one library
+        (`used`: the scheduled functions of a symbolic function's size, by symbol: what its library holds
+        where the parts cannot be linked, CUDA's)."""
         import tvm
 
         from compiler.codegen import llvm_pipeline
@@ -252,15 +255,15 @@ class KernelStore:
             else:
                 lib = tvm.compile(scheduled, target=self.tgt)
             self.libraries.append((lib, objects))
-        return Libraries(self) if self.symbolic else self.libraries[0][0]
+        return Libraries(self, used) if self.symbolic else self.libraries[0][0]
 
 
 class Libraries:
     """Functions by symbol from every library a store has built (a symbolic function's sizes)."""
 
-    def __init__(self, store: KernelStore):
+    def __init__(self, store: KernelStore, used: dict[str, object] | None = None):
         self.libs = [lib for lib, _ in store.libraries]
-        self.store = store
+        self.store, self.used = store, used
 
     def __getitem__(self, symbol: str):
         for lib in self.libs:
@@ -269,10 +272,21 @@ class Libraries:
         raise KeyError(symbol)
 
     def export_library(self, path: str) -> None:
-        """One shared library of every function, linked from the object files of the parts."""
+        """One shared library of every function: linked from the object files of the parts (the CPU's); on
+        the GPU the one part, or the functions this size calls compiled again into one (a CUDA library
+        carries its device code, which no linker joins)."""
+        import tvm
+
         from compiler.codegen import llvm_pipeline
 
-        llvm_pipeline.link_objects([o for _, objects in self.store.libraries for o in objects], path)
+        parts = self.store.libraries
+        if all(objects is not None for _, objects in parts):
+            llvm_pipeline.link_objects([o for _, objects in parts for o in objects], path)
+        elif len(parts) == 1:
+            parts[0][0].export_library(path)
+        else:
+            funcs = {name: prim.with_attr("global_symbol", name) for name, prim in self.used.items()}
+            tvm.compile(tvm.IRModule(funcs), target=self.store.tgt).export_library(path)
 
 
 def kernel_sizes(k: Kernel) -> dict[str, int]:

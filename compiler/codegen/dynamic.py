@@ -1,16 +1,17 @@
 """A compiled model of a function with `?` sizes (the contract's v2): one callable, and one artifact, for
 every size.
 
-On the CPU the function is compiled once with its sizes as names (codegen/symbolic.py): the graph passes
-run once, and each distinct set of argument shapes at its first call gets a memory plan of its own (at
-the 1.05x bound of that size, by construction) and the library functions of the kernels an earlier size
-built, where the kernel is the same code for every size (its extents expressions of the sizes); only
-what is not (a kernel whose rule needs its sizes as numbers; sizes of 0 and 1, which are their own
-specialization) is built for the new size. The sizes are checked first (compiler/specialize.py: every
-type re-inferred, sizes that must agree checked, with a diagnostic naming the argument). Where the
-function's sizes are no expressions of its arguments' (a size computed from data), attributes are taken
-at run time, or on the GPU, each size is compiled as a static module at its first call, through the
-compile cache.
+The function is compiled once with its sizes as names (codegen/symbolic.py): the graph passes run once
+(again only for a size where a choice they made by size goes the other way: ir.SizeChoices), and each
+distinct set of argument shapes at its first call gets a memory plan of its own (at the 1.05x bound of
+that size, by construction) and the library functions of the kernels an earlier size built, where the
+kernel is the same code for every size (its extents expressions of the sizes); only what is not (a
+kernel whose rule needs its sizes as numbers; sizes of 0 and 1, which are their own specialization) is
+built for the new size. On the CPU the schedule rules of cpu_rules/, on the GPU dlight's (made for
+Relax's dynamic shapes). The sizes are checked first (compiler/specialize.py: every type re-inferred,
+sizes that must agree checked, with a diagnostic naming the argument). Where the function's sizes are
+no expressions of its arguments' (a size computed from data) or attributes are taken at run time, each
+size is compiled as a static module at its first call, through the compile cache.
 
 The artifact (`save`, `compiler.load`) is a zip like a .gcpkg (artifact.py) with the module's text as
 given (source.gir), the bound weights (params.npz), the compile options (dynamic.json) and every size
@@ -18,7 +19,8 @@ compiled so far, each a whole static .gcpkg (size-<i>.gcpkg, each with the one l
 built so far), and on the CPU the kernels built (kernels.json and their object files objects-<i>.o:
 build.KernelStore.to_json): a loaded model compiles nothing at a size it was saved with, and at a new one
 symbolizes its source again and finds its kernels among the saved ones (`gc compile` builds them before
-saving: `warm`).
+saving: `warm`). A CUDA library carries device code that no linker joins, so a loaded CUDA model builds
+its kernels again at its first new size (once, for every later size).
 """
 from __future__ import annotations
 
@@ -73,7 +75,7 @@ class DynamicModel:
         # passes, one per set of their size-dependent choices (made at the first size that needs it: all of
         # them in a loaded artifact), and the kernels built so far.
         self._variants: list[tuple] = [symbolic] if symbolic is not None else []
-        self._symbolic = True if symbolic is not None else False if options.target != "llvm" else _UNSET
+        self._symbolic = True if symbolic is not None else _UNSET
         self.kernels = None
 
     def _set_params(self, params: dict[str, np.ndarray]) -> None:
@@ -172,8 +174,9 @@ class DynamicModel:
         from compiler.codegen.target import make_target
 
         t0 = time.perf_counter()
+        target = self.options.target
         if self.kernels is None:
-            self.kernels = KernelStore("llvm", make_target("llvm"), symbolic=True)
+            self.kernels = KernelStore(target, make_target(target, self.options.arch), symbolic=True)
         entry = self.options.entry
         before = self.kernels.built_functions
         args = zip(self.func.args, named_shapes(self.func))
@@ -181,7 +184,8 @@ class DynamicModel:
         symbolic = self.symbolic_at(sizes)
         if symbolic is None:
             return None
-        model = build(instantiate(symbolic, sizes), "llvm", entry=entry, kernels=self.kernels)
+        model = build(instantiate(symbolic, sizes), target, entry=entry, arch=self.options.arch,
+                      concurrent=self.options.concurrent, kernels=self.kernels)
         model.source = self.source
         model.compile_seconds = time.perf_counter() - t0
         model.built_functions = self.kernels.built_functions - before

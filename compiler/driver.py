@@ -82,11 +82,12 @@ def compile(source: str | Module, options: Options = Options(), *, params: dict[
 def frontend(source: str | Module, name: str, options: Options,
              params: dict[str, np.ndarray] | None) -> tuple[Module, str]:
     """The module to optimize: parsed (or a copy of the Module given), weights bound, @entry's call graph;
-    and the module as printed before any of that (the artifact's source.gir)."""
+    and the module's text before any of that (the artifact's source.gir): the text given, so that a dynamic
+    model's diagnostics at a call point into the user's own lines, or a Module as printed."""
     module = source.clone() if isinstance(source, Module) else parse(source, name)
     if options.entry not in module:
         raise GCError(f"no function @{options.entry} in {name}")
-    printed = print_module(module)
+    printed = source if isinstance(source, str) else print_module(module)
     if params:
         bind_params(module, options.entry, params)
     keep_reachable(module, options.entry)

@@ -418,19 +418,34 @@ def choosing(choices: SizeChoices):
 
 
 def at_least(size, bound: int) -> bool:
-    """Whether a size is at least `bound`, for a pass that chooses by it. A `?` with no name counts as 1
-    (it has at least one element); an expression of names is taken at the sizes of `choosing` (a name
-    not given, or outside `choosing`, as 1), and the choice is recorded as a guard there."""
+    """Whether a size is at least `bound`, for a choice made by it. An expression of names is taken at the
+    sizes of `choosing` (a name not given there as 1) and the choice recorded as a guard; outside
+    `choosing`, or for a `?` with no name, it cannot be decided: TypeError, as for any order of `?`."""
     if not isinstance(size, Dynamic):
         return int(size) >= bound
-    if not isinstance(size, Sym):
-        return 1 >= bound
     choices = _SIZE_CHOICES.get()
-    given = choices.sizes if choices is not None else {}
-    outcome = size.evaluate({s: given.get(s, 1) for s in size.symbols()}) >= bound
-    if choices is not None:
-        choices.guards.append((size, bound, outcome))
+    if not isinstance(size, Sym) or choices is None:
+        raise TypeError(f"whether a size known only at run time is at least {bound} is not known here")
+    outcome = size.evaluate({s: choices.sizes.get(s, 1) for s in size.symbols()}) >= bound
+    choices.guards.append((size, bound, outcome))
     return outcome
+
+
+def size_max(a, b):
+    """max(a, b) of sizes where one is an expression of names (an attribute computed from them): chosen at
+    the sizes of `choosing`, the choice a guard (at_least), as a pass chooses."""
+    return a if at_least(a - b, 0) else b
+
+
+def size_min(a, b):
+    return b if at_least(a - b, 0) else a
+
+
+def size_div(a, b):
+    """a / b of integer sizes (truncating, as graph.div does), for a positive number b."""
+    if not isinstance(b, int) or b <= 0 or not at_least(a, 0):
+        raise TypeError(f"{a} / {b}: a size divided by other than a positive number")
+    return a // b
 
 
 # While a kernel is lowered with symbolic extents: Bound -> the extent as a TVM expression (codegen/symbolic.py).
@@ -704,6 +719,8 @@ class AttrSpec:
             return value  # its value is coerced when the function is specialized to a call
         if k is int and isinstance(value, int) and not isinstance(value, bool):
             return int(value)
+        if k is int and isinstance(value, Sym):  # a size taken from named sizes (specialize, symbolize)
+            return value
         if k is float and isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
         if k is bool and isinstance(value, bool):
@@ -1031,7 +1048,8 @@ class Op:
         res = []
         for r, v in zip(outs, self.results):
             a = np.asarray(r)
-            if a.dtype != v.type.dtype.np:
+            # (Sizes computed from named ones stay their expressions: specialize.py, codegen/symbolic.py.)
+            if a.dtype != v.type.dtype.np and not (a.dtype == object and any(isinstance(x, Sym) for x in a.flat)):
                 a = a.astype(v.type.dtype.np)
             res.append(a.reshape(v.type.shape))
         return res

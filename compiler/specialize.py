@@ -17,7 +17,7 @@ import weakref
 import numpy as np
 
 from compiler.diagnostics import Diagnostic, GCError
-from compiler.ir import Func, Module, Op, Value, bind_sizes, known, stand_in, unheld
+from compiler.ir import Func, Module, Op, Sym, Value, bind_sizes, known, stand_in, unheld
 
 _CACHE: weakref.WeakKeyDictionary[Func, dict[tuple, tuple[tuple, Func]]] = weakref.WeakKeyDictionary()
 
@@ -143,7 +143,7 @@ def _evaluate(op: Op, given: dict[str, np.ndarray]) -> list[np.ndarray]:
     args = []
     for v in op.operands:
         if op.reads_sizes_only:
-            args.append(stand_in(v.type))
+            args.append(stand_in(v.type) if v.type.is_static else _Sizes(v.type))
         elif v.name in given:
             args.append(given[v.name])
         else:
@@ -151,6 +151,14 @@ def _evaluate(op: Op, given: dict[str, np.ndarray]) -> list[np.ndarray]:
                            "when the function runs: it may read sizes (graph.shape), constants and arguments")
     with np.errstate(all="ignore"):
         return op.evaluate(args)
+
+
+class _Sizes:
+    """What an op that reads only its operand's sizes sees of an operand whose sizes are named
+    (codegen/symbolic.py): its shape, expressions and numbers."""
+
+    def __init__(self, t):
+        self.shape, self.ndim, self.dtype = tuple(t.shape), t.rank, t.dtype.np
 
 
 def bind_values(f: Func, values: dict[str, np.ndarray]) -> None:
@@ -173,12 +181,12 @@ def _bind_attrs(op: Op, given: dict[str, np.ndarray], partial: bool = False) -> 
         arr = np.asarray(given[ref.name])
         kind = type(op).attr_specs[key].kind
         flat = [x.item() if hasattr(x, "item") else x for x in arr.reshape(-1)]
-        if kind in ("ints", "floats"):
-            attrs[key] = [int(x) if kind == "ints" else float(x) for x in flat]
+        if kind in ("ints", "floats"):  # (a named size stays an expression: a function for every size)
+            attrs[key] = [x if isinstance(x, Sym) else int(x) if kind == "ints" else float(x) for x in flat]
         elif len(flat) != 1:
             raise op.error(f"attribute '{key}' = %{ref.name} takes one number, but this call gives {len(flat)}")
         else:
-            attrs[key] = kind(flat[0])
+            attrs[key] = flat[0] if isinstance(flat[0], Sym) and kind is int else kind(flat[0])
     attrs = op.check_attrs(attrs, op.loc)
     op.attrs = attrs
 

@@ -129,7 +129,7 @@ def test_a_dynamic_batch_imports_as_a_question_mark_and_runs_at_every_batch(name
 @pytest.mark.parametrize("name", ["causal-attention"])
 def test_a_dynamic_batch_and_sequence_run_at_every_size(name: str) -> None:
     """Attention reads its input's sizes to split heads (Shape -> Gather -> Concat -> Reshape) and to mask
-    (Trilu): with the batch and the sequence named, they are computed at each call, and the module stays
+    (Trilu): with the batch and the sequence named, they are expressions of the names, and the module stays
     dynamic. (nn.MultiheadAttention's TorchScript export bakes the traced sequence length into a shape.)"""
     torch.manual_seed(0)
     cls, shape = NETS[name]
@@ -138,14 +138,19 @@ def test_a_dynamic_batch_and_sequence_run_at_every_size(name: str) -> None:
     imported = import_onnx(onnx.load_from_string(export(net, torch.randn(*shape), axes)))
     assert imported.note == "" and imported.module["main"].args[0].type.shape[:2] == (Sym.symbol("batch"), Sym.symbol("seq"))
     model = compiler.compile(imported.module, "llvm", params=imported.weights, cache=False)
-    for size in ((1, 3), (2, 9), (3, 1), (1, 3)):
+    for size in ((1, 3), (2, 9), (3, 1), (1, 3), (3, 6)):
         x = torch.randn(*size, shape[-1])
         with torch.no_grad():
             expected = net(x).numpy()
         np.testing.assert_allclose(model(x=x.numpy())[0], expected, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(compiler.run(imported.module, {"x": x.numpy(), **imported.weights})[0], expected,
                                    rtol=1e-4, atol=1e-5)
-    assert len(model._models) == 3  # a compile per size, the arithmetic of sizes folded into each
+    assert len(model._models) == 4  # a memory plan per size
+    # The sizes' arithmetic is evaluated on the names (codegen/symbolic.py): the products are one kernel for
+    # every batch and sequence from 2 up (the softmax over the sequence is built per length).
+    assert model.symbolic is not None
+    at = [model.model_for([(*size, shape[-1])]).plan.steps for size in ((2, 9), (3, 6))]
+    assert [s.kernel for s in at[0] if s.schedule == "matmul"] == [s.kernel for s in at[1] if s.schedule == "matmul"]
 
 
 @pytest.mark.parametrize("name", NETS)

@@ -167,6 +167,71 @@ def test_a_loaded_artifact_makes_the_graph_a_new_size_chooses(tmp_path):
     assert "winograd" in {s.schedule for s in loaded.model_for([x.shape]).plan.steps}
 
 
+# Sizes computed from the arguments' sizes for attributes (ONNX's Shape -> Gather -> Concat -> Reshape, and
+# positions sliced to the sequence's length from a table of 16: BERT's position ids [0, min(seq, 512))).
+HEADS = """func @main(%x: tensor<?(b)x?(s)x8xf32>, %w: tensor<8x8xf32>, %pos: tensor<1x16x8xf32>) -> tensor<?x2x?x4xf32> {
+  %sh = graph.shape(%x) : tensor<3xi64>
+  %bs = graph.slice(%sh) {starts = [0], ends = [2]} : tensor<2xi64>
+  %len = graph.slice(%sh) {starts = [1], ends = [2]} : tensor<1xi64>
+  %p = graph.slice(%pos) {starts = [0], ends = %len, axes = [1]} : tensor<1x?x8xf32>
+  %h = graph.matmul(%x, %w) : tensor<?(b)x?(s)x8xf32>
+  %hp = graph.add(%h, %p) : tensor<?(b)x?(s)x8xf32>
+  %tail = graph.constant {value = dense<[2, 4]> : tensor<2xi64>} : tensor<2xi64>
+  %shape = graph.concat(%bs, %tail) {axis = 0} : tensor<4xi64>
+  %r = graph.reshape(%hp) {shape = %shape} : tensor<?x?x2x4xf32>
+  %t = graph.transpose(%r) {perm = [0, 2, 1, 3]} : tensor<?x2x?x4xf32>
+  return %t
+}
+"""
+
+
+def test_sizes_computed_for_attributes_stay_expressions_of_the_names():
+    params = _weights(HEADS, "x", {"x": (2, 5, 8)})
+    model = compiler.compile(HEADS, "llvm", params=params)
+    assert model.symbolic is not None  # (the shape arithmetic evaluated on the names, not per size)
+    rng = np.random.default_rng(7)
+    built = {}
+    for size in ((2, 5), (3, 9), (4, 15), (2, 3), (3, 16)):
+        x = rng.standard_normal((*size, 8)).astype(np.float32)
+        _check(model, HEADS, params, x)
+        built[size] = model.model_for([x.shape]).built_functions
+    assert built[(2, 5)] > 0 and built[(3, 9)] == built[(4, 15)] == built[(2, 3)] == 0
+    # The slice of 16 positions to the sequence's length took min(s, 16) = s: a guard, so from 16 on a
+    # sequence gets a graph of its own, where the slice keeps 16 (its kernels built for it): at 17 the
+    # add's sizes disagree, the interpreter's error.
+    x = rng.standard_normal((2, 17, 8)).astype(np.float32)
+    with pytest.raises(GCError) as interpreted:
+        compiler.run(parse(HEADS), {"x": x, **params})
+    with pytest.raises(GCError) as compiled:
+        model(x)
+    # (the same line and column of the text as given: <text> is compile()'s name for it, <input> parse()'s)
+    assert str(compiled.value).splitlines()[0].split(":", 1)[1] == str(interpreted.value).splitlines()[0].split(":", 1)[1]
+
+
+def test_a_size_choice_is_a_guard():
+    from compiler.ir import SizeChoices, at_least, choosing, size_max, size_min
+
+    s = Sym.symbol("s")
+    with choosing(SizeChoices({"s": 3})) as choices:
+        assert size_min(s, 16) == s and size_max(s - 5, 0) == 0 and at_least(4 * s, 12)
+    assert [(e.expr(), b, o) for e, b, o in choices.guards] == [("s - 16", 0, False), ("s - 5", 0, False),
+                                                                ("4 * s", 12, True)]
+    assert choices.holds({"s": 4}) and not choices.holds({"s": 2}) and not choices.holds({"s": 16})
+
+
+def test_a_reshape_maps_runs_of_dims_and_divides_by_no_size_outside_its_run():
+    from dialects.graph.shape import _groups
+
+    b, s = Sym.symbol("b"), Sym.symbol("s")
+    assert _groups((6, 4), (2, 3, 4)) == [(range(0, 1), range(0, 2)), (range(1, 2), range(2, 3))]
+    # [b * s, 8] -> [b, s, 2, 4]: the rows split into b and s (no division by s), the 8 into 2 x 4.
+    assert _groups((Bound(12, b * s), 8), (Bound(3, b), Bound(4, s), 2, 4)) == [
+        (range(0, 1), range(0, 2)), (range(1, 2), range(2, 4))]
+    # Equal numbers at this size but different sizes by name are no run: [s, 4] -> [4, s] is one.
+    assert _groups((Bound(4, s), 4), (4, Bound(4, s))) == [(range(0, 2), range(0, 2))]
+    assert _groups((1, 6), (6,)) == [(range(0, 2), range(0, 1))] and _groups((), ()) is None
+
+
 def test_attention_over_a_sequence_known_at_run_time():
     params = _weights(ATTENTION, "x", {"x": (6, 32)})
     model = compiler.compile(ATTENTION, "llvm", params=params)

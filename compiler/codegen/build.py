@@ -126,7 +126,7 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
 # Rules whose schedules take extents known only at run time as such: row tiles over rows, columns or K of
 # any number (matmul), a batch in the parallel loop (conv2d, pool, winograd), vectors over the static
 # inner loops or peeled transpose tiles (generic). Any other rule is kept for a symbolic kernel only where
-# every size variable is the outermost extent of its tensors: the reductions' rules take their vector
+# no size variable is the innermost extent of a tensor: the reductions' rules take their vector
 # lanes along a row, and over a row of a sequence's length they lose them (the transformer's softmax 31
 # -> 85 us at 128; Zen 3).
 SYMBOLIC_RULES = frozenset({"matmul", "conv2d", "pool", "winograd", "generic"})
@@ -145,11 +145,13 @@ def _falls_off(sched: _Scheduler, k: Kernel, static) -> bool:
 
 
 def _outer_sizes_only(k: Kernel) -> bool:
-    """Whether every size known only at run time (a Bound) is the first dim of the tensor it is in."""
+    """Whether no size known only at run time (a Bound) is the last dim of a tensor: the rows a reduction
+    rule takes its lanes along (a layer norm over [batch, seq, 768] keeps them, a softmax over [.., seq]
+    would not)."""
     from compiler.ir import Bound
 
     values = [*k.params, *k.outputs] + [r for op in k.ops for r in op.results]
-    return not any(isinstance(d, Bound) for v in values for d in v.type.shape[1:])
+    return not any(v.type.shape and isinstance(v.type.shape[-1], Bound) for v in values)
 
 
 class KernelStore:

@@ -29,12 +29,20 @@ def symbolize(module: Module, entry: str) -> Module | None:
     """The module with @entry's arguments' `?` sizes named (`s0`, `s1`, ...; named sizes keep their
     names) and every type inferred from them, or None where some value's size is a `?` that is no
     expression of the names (a size computed from data or from an attribute taken at run time)."""
-    from compiler.specialize import has_runtime_attrs, specialize_module
+    from compiler.diagnostics import GCError
+    from compiler.specialize import has_runtime_attrs, runtime_args, specialize_module
 
     f = module[entry]
-    if has_runtime_attrs(f):
+    if runtime_args(f):  # attributes that take an argument's value: a function for each value
         return None
-    out = specialize_module(module, entry, named_shapes(f))
+    try:
+        out = specialize_module(module, entry, named_shapes(f))
+    except (GCError, TypeError, ValueError, AttributeError):
+        # An attribute computed from sizes by arithmetic that names cannot do (an order, a float): sizes
+        # one at a time, where the same computation meets numbers.
+        if not has_runtime_attrs(f):
+            raise
+        return None
     if any(d is DYN for g in out for v in g.values() for d in v.type.shape):
         return None
     return out
@@ -49,15 +57,19 @@ def named_shapes(f) -> list[tuple]:
 
 def optimized(module: Module, options, sizes: dict[str, int] | None = None):
     """(The symbolized module of @entry after the graph passes, their size-dependent choices made at
-    `sizes` and recorded as guards: ir.SizeChoices), or None where it cannot be symbolized. `module`,
-    the frontend's, is not modified."""
+    `sizes` (None: every name 2, the size `gc compile` builds at) and recorded as guards:
+    ir.SizeChoices), or None where it cannot be symbolized. `module`, the frontend's, is not modified."""
     from compiler import driver
     from compiler.ir import SizeChoices, choosing
 
-    out = symbolize(module, options.entry)
-    if out is None:
-        return None
-    with choosing(SizeChoices(sizes)) as choices:
+    if sizes is None:  # (not 1: a size of 1 is its own specialization, and min(seq + 1, 2 * seq) ties there)
+        sizes = {n: 2 for shape in named_shapes(module[options.entry]) for d in shape if isinstance(d, Sym)
+                 for n in d.symbols()}
+
+    with choosing(SizeChoices(sizes)) as choices:  # (sizes computed for attributes choose too: size_max)
+        out = symbolize(module, options.entry)
+        if out is None:
+            return None
         driver.optimize(out, options)
     return out, choices
 
@@ -78,11 +90,19 @@ def instantiate(module: Module, sizes: dict[str, int]) -> Module:
             return t
         return TensorType(tuple(dim(d) for d in t.shape), t.dtype)
 
+    def attr(a):
+        if isinstance(a, Sym):
+            return a.evaluate(sizes)
+        return tuple(attr(x) for x in a) if isinstance(a, tuple) and any(isinstance(x, Sym) for x in a) else a
+
     out = module.clone()
     for g in out:
         for v in g.values():
             v.type = at(v.type)
         g.result_types = [at(t) if t is not None else None for t in g.result_types]
+        for op in g.ops:  # sizes an attribute took from the arguments' (a reshape's [batch, seq, 2, -1])
+            if any(isinstance(a, (Sym, tuple)) for a in op.attrs.values()):
+                op.attrs = {k: attr(a) for k, a in op.attrs.items()}
     return out
 
 
@@ -92,8 +112,9 @@ class KernelSizes:
     TVM binds a variable from the shape of a parameter whose extent it is, at each call; so each name
     becomes a variable where some parameter has it alone as a size, and a name found only in sizes like
     `128 * n + 1` (a flattened batch) is that size's own variable `v`, the name standing for
-    `(v - 1) // 128`. A size whose names no parameter binds (a product of two names) stays a number: the
-    kernel is this size's alone."""
+    `(v - 1) // 128`; any other size whose names no parameter binds alone (a product of two names,
+    `batch * seq`) is its own variable. A size no parameter's extent gives (an expression of names none
+    of which is a variable) stays a number: the kernel is this size's alone."""
 
     def __init__(self, shapes: list[tuple]):
         from tvm import tirx
@@ -111,6 +132,9 @@ class KernelSizes:
                 name, coef, const = linear
                 v = self.direct[d.sym] = tirx.Var(f"{name}_{coef}", "int32")
                 self.names[name] = tirx.floordiv(v - const, coef)
+        for d in bounds:  # a size of names no parameter binds alone (GPT-2's [batch * seq, 768]): its own
+            if d.sym not in self.direct and not d.sym.symbols() <= self.names.keys():
+                self.direct[d.sym] = tirx.Var(f"v{len(self.direct)}", "int32")
 
     def values(self) -> dict[str, int]:
         """Each size variable's value at the sizes of the types (by the variable's name)."""

@@ -76,6 +76,8 @@ def can_fold(op: Op) -> bool:
     known sizes where it reads nothing else (graph.shape)."""
     if not op.operands or isinstance(op, Call) or type(op).reference is Op.reference:
         return False
+    if not all(r.type.is_static for r in op.results):  # (a constant broadcast to sizes known at run time)
+        return False
     if op.reads_sizes_only:
         return all(v.type.is_static for v in op.operands)
     return all(isinstance(v.owner, Constant) for v in op.operands)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from compiler.builder import Builder
 from compiler.diagnostics import GCError
-from compiler.ir import DType, Module, Sym, Value, at_least, known, static
+from compiler.ir import DType, Module, Value, at_least, static
 from compiler.passes import Pass
 from compiler.rewrite import rewrite
 from dialects.graph import creation, nn
@@ -55,10 +55,16 @@ class Winograd(Pass):
         m = self.tile
         if not static((oh, ow)):  # the output transform's size is an attribute
             return None
-        # A batch known only at run time has at least one image; a named one is taken at the sizes the
-        # passes run for, a graph per side of the bound (ir.at_least).
-        n = n if known(n) or isinstance(n, Sym) else 1
-        if min(o, c) < self.min_channels or not at_least(n * wg.tiles(oh, m) * wg.tiles(ow, m), self.min_tiles):
+        if min(o, c) < self.min_channels:
+            return None
+        # A named batch is taken at the sizes the passes run for, a graph per side of the bound (ir.at_least);
+        # one known only at run time otherwise has at least one image.
+        tiles = wg.tiles(oh, m) * wg.tiles(ow, m)
+        try:
+            enough = at_least(n * tiles, self.min_tiles)
+        except TypeError:
+            enough = tiles >= self.min_tiles
+        if not enough:
             return None
         b.loc = op.loc
         u = b.constant(wg.weights(w.owner.value.array, m), w.type.dtype)

@@ -10,7 +10,7 @@ import numpy as np
 
 from compiler.diagnostics import Location
 from compiler.interpreter import run_func
-from compiler.ir import Dense, DType, Func, Module, Op, SymbolRef, TensorType, Value, attribute, operand
+from compiler.ir import Dense, DType, Func, Module, Op, Sym, SymbolRef, TensorType, Value, attribute, kernel_shape, operand
 from dialects.graph.common import normalize_axes
 
 if TYPE_CHECKING:
@@ -209,17 +209,22 @@ class Shape(Op, name="graph.shape"):
         return 0
 
     def reference(self, x: np.ndarray) -> np.ndarray:
-        return np.array(x.shape, dtype=self.dtype.np)
+        # Named sizes (a function compiled for every size, specialize.py) are a vector of their expressions.
+        symbolic = any(isinstance(d, Sym) for d in x.shape)
+        return np.array(x.shape, dtype=object if symbolic else self.dtype.np)
 
     def lower(self, x):
         from tvm import te, tirx
 
-        sizes = [int(d) for d in self.operands[0].type.shape]
+        def size(d):  # a number, or a size variable of a kernel for every size (codegen/symbolic.py)
+            return tirx.const(d, self.dtype.tvm) if isinstance(d, int) else tirx.Cast(self.dtype.tvm, d)
+
+        sizes = [size(d) for d in kernel_shape(self.operands[0].type.shape)]
 
         def at(i):
-            out = tirx.const(sizes[-1] if sizes else 0, self.dtype.tvm)
+            out = sizes[-1] if sizes else tirx.const(0, self.dtype.tvm)
             for k in range(len(sizes) - 2, -1, -1):
-                out = tirx.Select(i == k, tirx.const(sizes[k], self.dtype.tvm), out)
+                out = tirx.Select(i == k, sizes[k], out)
             return out
 
         return te.compute((len(sizes),), at, name="shape")

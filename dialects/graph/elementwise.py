@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import DType, Op, TensorType, Value, attribute, broadcast, kernel_shape, operand
+from compiler.ir import DType, Op, TensorType, Value, attribute, broadcast, kernel_shape, operand, size_div, size_max, size_min
 from dialects.graph.common import (
     broadcast_shapes,
     is_constant,
@@ -560,7 +560,11 @@ class Binary(Op):
         shape = broadcast_shapes(self, a.shape, b.shape)
         return TensorType(shape, DType.i1 if self.result_bool else dtype)
 
+    on_sizes = None  # fn on sizes that are expressions of names, where fn itself would compare them
+
     def reference(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        if a.dtype == object or b.dtype == object:  # sizes computed from named ones (specialize.py)
+            return np.frompyfunc(self.on_sizes or self.fn, 2, 1)(a, b)
         return self.fn(a, b)
 
     def flops(self) -> int:
@@ -811,13 +815,15 @@ Mul = binary("graph.mul", np.multiply, "a * b:  %z = graph.mul(%x, %y) : tensor<
              lower=_lower(lambda a, b: a * b), vjp=lambda b, a, c, y, dy: (b.mul(dy, c), b.mul(dy, a)),
              fold=_fold_mul, precision="follow", commutative=True)
 Div = binary("graph.div", _div, "a / b (integers truncate):  %z = graph.div(%x, %y) : tensor<4xf32>",
-             lower=_lower(_div_te), vjp=_d_div, fold=_fold_div, precision="f32")
+             lower=_lower(_div_te), vjp=_d_div, fold=_fold_div, precision="f32", on_sizes=staticmethod(size_div))
 Pow = binary("graph.pow", _pow, "a ** b:  %z = graph.pow(%x, %y) : tensor<4xf32>", lower=_lower_pow, vjp=_d_pow,
              precision="f32")
 Maximum = binary("graph.maximum", np.maximum, "max(a, b):  %z = graph.maximum(%x, %y) : tensor<4xf32>",
-                 lower=_lower(_fmax), vjp=_d_extremum(lambda b: b.greater), precision="follow", commutative=True)
+                 lower=_lower(_fmax), vjp=_d_extremum(lambda b: b.greater), precision="follow", commutative=True,
+                 on_sizes=staticmethod(size_max))
 Minimum = binary("graph.minimum", np.minimum, "min(a, b):  %z = graph.minimum(%x, %y) : tensor<4xf32>",
-                 lower=_lower(_fmin), vjp=_d_extremum(lambda b: b.less), precision="follow", commutative=True)
+                 lower=_lower(_fmin), vjp=_d_extremum(lambda b: b.less), precision="follow", commutative=True,
+                 on_sizes=staticmethod(size_min))
 Equal = binary("graph.equal", np.equal, "a == b:  %z = graph.equal(%x, %y) : tensor<4xi1>", True,
                lower=_compare("EQ"), precision="follow", commutative=True)
 Less = binary("graph.less", np.less, "a < b:  %z = graph.less(%x, %y) : tensor<4xi1>", True,

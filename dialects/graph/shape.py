@@ -14,8 +14,10 @@ import numpy as np
 
 from compiler.ir import (
     DYN,
+    Bound,
     DType,
     Op,
+    Sym,
     TensorType,
     Value,
     agree,
@@ -25,6 +27,8 @@ from compiler.ir import (
     kernel_shape,
     known,
     operand,
+    size_max,
+    size_min,
     static,
 )
 from dialects.graph.common import (
@@ -92,28 +96,67 @@ class Regroup(ShapeOp):
 # --- lowering helpers (TVM is imported inside lowerings only) ----------------------------------------
 
 
-def _reshaped(x, in_shape: tuple[int, ...], out_shape: tuple[int, ...], name: str):
-    """The same elements in row-major order under a new shape."""
+def _reshaped(x, op: Op, name: str):
+    """The same elements in row-major order under a new shape: op's operand's shape -> its result's."""
     import tvm
     from tvm import te, tirx
 
+    in_shape, out_shape = kernel_shape(op.operands[0].type.shape), op.out_shape()
+    groups = _groups(op.operands[0].type.shape, op.result.type.shape) or [(range(len(in_shape)), range(len(out_shape)))]
+
     def body(*idx):
-        flat = 0
-        for i, d in zip(idx, out_shape):
-            flat = flat * d + i
-        src = []
-        for d in reversed(in_shape):
-            src.append(tirx.floormod(flat, d) if not (isinstance(d, int) and d == 1) else 0)
-            flat = tirx.floordiv(flat, d)
+        src: list = [0] * len(in_shape)
+        for ins, outs in groups:
+            flat = 0
+            for k in outs:
+                flat = flat * out_shape[k] + idx[k]
+            for k in reversed(ins):
+                last = k == ins[0]
+                src[k] = flat if last else tirx.floormod(flat, in_shape[k]) if not (isinstance(in_shape[k], int) and in_shape[k] == 1) else 0
+                flat = flat if last else tirx.floordiv(flat, in_shape[k])
         # Simplified under the indices' bounds, a reshape that splits or merges dims reads x[c, h, w], not
         # x[(c * 784 + h * 28 + w) // 784 % 116, ...]: the schedules can then see which loops a load
         # is contiguous in (a channel shuffle's plane copies were gathers: 76 -> 5.3 us, Zen 4).
         ana = tvm.sym.Analyzer()
         for i, d in zip(idx, out_shape):
             ana.bind(i, tvm.ir.Range(0, d))
-        return x(*(ana.simplify(e) if not isinstance(e, int) else e for e in reversed(src)))
+        return x(*(ana.simplify(e) if not isinstance(e, int) else e for e in src))
 
     return te.compute(out_shape, body, name=name)
+
+
+def _groups(a: tuple, b: tuple) -> list[tuple[range, range]] | None:
+    """Consecutive runs of the dims of shapes `a` and `b` (of the same elements) whose sizes multiply to the
+    same, each as small as can be: a reshape maps each run of `a` to the same run of `b`, so no index is
+    divided by a size outside its run. (A size known at run time, an expression in a kernel for every size,
+    is not simplified away by TVM as a number is: `(i * seq + j) // seq` stays; Bound sizes are compared by
+    their expressions.) None where the runs cannot be told at these sizes."""
+    def key(d):
+        return d.sym if isinstance(d, Bound) else d
+
+    out, i, j = [], 0, 0
+    while i < len(a) and j < len(b):
+        i0, j0 = i, j
+        pa, pb, ka, kb = int(a[i]), int(b[j]), key(a[i]), key(b[j])
+        i, j = i + 1, j + 1
+        while not (pa == pb and ka == kb):
+            if pa == pb and (i == len(a) or j == len(b)):
+                return None
+            if (pa < pb or pa == pb) and i < len(a):
+                pa, ka, i = pa * int(a[i]), ka * key(a[i]), i + 1
+            elif j < len(b):
+                pb, kb, j = pb * int(b[j]), kb * key(b[j]), j + 1
+            else:
+                return None
+        out.append((range(i0, i), range(j0, j)))
+    if not out:
+        return None
+    if i < len(a) or j < len(b):  # trailing sizes of 1
+        if any(int(d) != 1 for d in (*a[i:], *b[j:])):
+            return None
+        ins, outs = out[-1]
+        out[-1] = (range(ins.start, len(a)), range(outs.start, len(b)))
+    return out
 
 
 def _clamp_index(i, lo: int, hi: int):
@@ -145,6 +188,9 @@ class Reshape(Regroup, name="graph.reshape"):
             raise self.error(f"shape {want} has more than one -1")
         out = []
         for i, d in enumerate(self.shape):
+            if isinstance(d, Sym):  # a size taken from named ones (specialize.py): a size as it stands
+                out.append(d)
+                continue
             if d < -1:
                 raise self.error(f"shape {want} has a negative size {d}")
             if d == 0 and i >= rank:
@@ -179,7 +225,7 @@ class Reshape(Regroup, name="graph.reshape"):
         return x.reshape(self.target(x.shape))
 
     def lower(self, x):
-        return _reshaped(x, kernel_shape(self.operands[0].type.shape), self.out_shape(), "reshape")
+        return _reshaped(x, self, "reshape")
 
 
 class Transpose(ShapeOp, name="graph.transpose"):
@@ -409,7 +455,14 @@ class Slice(ShapeOp, name="graph.slice"):
             if step == 0:
                 raise self.error(f"step for axis {a} is 0")
             d = shape[a]
-            if not known(d):  # its length is known at run time (None here; infer says ?)
+            named = isinstance(d, Sym) or isinstance(start, Sym) or isinstance(end, Sym)
+            if named and step > 0 and all(isinstance(x, (int, Sym)) for x in (start, end, d)):
+                try:  # (named sizes: the length as their expression, where the sizes' choices are made)
+                    out[a] = _sym_span(start, end, step, d)
+                    continue
+                except TypeError:
+                    pass
+            if not known(d) or named:  # its length is known at run time (None here; infer says ?)
                 out[a] = None
                 continue
             start = start + d if start < 0 else start
@@ -422,8 +475,10 @@ class Slice(ShapeOp, name="graph.slice"):
 
     def infer(self, x: TensorType) -> TensorType:
         plan = self.plan(x.shape)
-        return x.with_shape(tuple((DYN if plan[a] is None else len(plan[a])) if a in plan else d
-                                  for a, d in enumerate(x.shape)))
+        def length(r):  # a range, the length of one on a named axis (_sym_span), or None: not known
+            return DYN if r is None else len(r) if isinstance(r, range) else r
+
+        return x.with_shape(tuple(length(plan[a]) if a in plan else d for a, d in enumerate(x.shape)))
 
     def reference(self, x: np.ndarray) -> np.ndarray:
         for a, r in self.plan(x.shape).items():
@@ -460,6 +515,19 @@ class Slice(ShapeOp, name="graph.slice"):
         return [pad_or_crop(b, dy, pads)]
 
 
+def _sym_span(start, end, step: int, d):
+    """The length of ONNX Slice's [start, end) by `step` > 0 where the axis's size d or a bound is an
+    expression of named sizes (BERT's positions [0, seq) of 512), as an expression:
+    bounds clamped as `plan` clamps them, each comparison with d a choice at the sizes the function is
+    made for (ir.size_min: a guard, codegen/symbolic.py); an int where the length is a number."""
+    def at(x):
+        x = x + d if isinstance(x, int) and x < 0 else x
+        return size_min(size_max(x, 0), d)
+
+    n = size_max(at(end) - at(start), 0)
+    return n if step == 1 else (n + step - 1) // step
+
+
 # --- broadcast_to, squeeze, unsqueeze, flatten ------------------------------------------------------
 
 
@@ -476,7 +544,7 @@ class BroadcastTo(ShapeOp, name="graph.broadcast_to"):
         return same_type(self, self.x)
 
     def infer(self, x: TensorType) -> TensorType:
-        if any(d < 0 for d in self.shape):
+        if any(known(d) and d < 0 for d in self.shape):
             raise self.error(f"shape {_dims(self.shape)} has a negative size")
         return x.with_shape(broadcast_shapes(self, x.shape, self.shape))
 
@@ -525,7 +593,7 @@ class Squeeze(Regroup, name="graph.squeeze"):
         return np.squeeze(x, axis=self.dropped(x.shape))
 
     def lower(self, x):
-        return _reshaped(x, kernel_shape(self.operands[0].type.shape), self.out_shape(), "squeeze")
+        return _reshaped(x, self, "squeeze")
 
 
 class Unsqueeze(Regroup, name="graph.unsqueeze"):
@@ -537,7 +605,7 @@ class Unsqueeze(Regroup, name="graph.unsqueeze"):
     axes = attribute("ints")
 
     def lower(self, x):
-        return _reshaped(x, kernel_shape(self.operands[0].type.shape), self.out_shape(), "unsqueeze")
+        return _reshaped(x, self, "unsqueeze")
 
     def infer(self, x: TensorType) -> TensorType:
         # Axes index the result (ONNX), so they are normalized against the output rank.
@@ -563,7 +631,7 @@ class Flatten(Regroup, name="graph.flatten"):
         return same_type(self, self.x)
 
     def lower(self, x):
-        return _reshaped(x, kernel_shape(self.operands[0].type.shape), self.out_shape(), "flatten")
+        return _reshaped(x, self, "flatten")
 
     def infer(self, x: TensorType) -> TensorType:
         # Unlike other axes, axis == rank is valid here (everything goes to the first dimension).
@@ -681,11 +749,12 @@ class Gather(ShapeOp, name="graph.gather"):
 
         t, ti = self.operands[0].type, self.operands[1].type
         axis = self.axis % t.rank
-        d = t.shape[axis]
+        d = kernel_shape(t.shape)[axis]  # (a size variable in a kernel for every size)
+        d = tirx.const(d, ti.dtype.tvm) if isinstance(d, int) else tirx.Cast(ti.dtype.tvm, d)
 
         def body(*i):
             j = indices(*i[axis : axis + ti.rank])
-            j = tirx.Select(j < 0, j + tirx.const(d, ti.dtype.tvm), j)
+            j = tirx.Select(j < 0, j + d, j)
             # The interpreter rejects an index out of range; compiled code clamps it rather than read astray.
             j = _clamp_index(j, 0, d - 1).astype(i[0].ty if i else "int32")
             return data(*i[:axis], j, *i[axis + ti.rank :])

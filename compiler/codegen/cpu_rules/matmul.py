@@ -120,9 +120,9 @@ def match(sch: s_tir.Schedule) -> Einsum | None:
     if j in xi or j not in yi:
         return None
     i = out[-2] if len(out) >= 2 and out[-2] in xi and out[-2] not in yi else None
-    # Rows, columns or K known only at run time (a kernel for every size: codegen/symbolic.py); no batch.
-    for q in (i, j, red[0]):
-        if q is not None and ext[q] is None:
+    # Sizes known only at run time (a kernel for every size: codegen/symbolic.py): rows, columns, K, batch.
+    for q in range(len(ivs)):
+        if ext[q] is None:
             ext[q] = ivs[q].dom.extent
     if None in ext or (i is None and not isinstance(ext[j], int)):
         return None
@@ -187,8 +187,9 @@ class Plan:
 
 
 def symbolic_rows(e: Einsum) -> bool:
-    """Whether rows, columns or K are known only at run time: the "rows" order of `_symbolic_plan`."""
-    return any(not isinstance(e.ext[q], int) for q in (e.i, e.j, e.k) if q is not None)
+    """Whether rows, columns, K or a batch dim are known only at run time: the "rows" order of
+    `_symbolic_plan`."""
+    return any(not isinstance(e.ext[q], int) for q in (e.i, e.j, e.k, *e.batch) if q is not None)
 
 
 def plan(e: Einsum) -> Plan:
@@ -257,8 +258,10 @@ def _symbolic_plan(e: Einsum, m, n: int, k: int) -> Plan:
         ni = nv * vl
         if n <= ni:
             ni = -(-n // vl) * vl
-        # Column blocks enough, with the batch, for two tasks a core (A is read again for each block).
-        blocks = max(1, -(-2 * num_cores() // math.prod(e.ext[q] for q in e.batch)))
+        # Column blocks enough, with the batch, for two tasks a core (A is read again for each block; a
+        # batch known at run time counts as one).
+        batch = math.prod(e.ext[q] for q in e.batch if isinstance(e.ext[q], int))
+        blocks = max(1, -(-2 * num_cores() // batch))
         nt = ni * max(1, min(8, -(-n // ni) // blocks))
         np_, nt = _split(n, ni, nt)
     mi = accumulators() // (ni // vl)

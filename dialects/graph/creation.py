@@ -10,7 +10,20 @@ import numpy as np
 
 from compiler.diagnostics import Location
 from compiler.interpreter import run_func
-from compiler.ir import Dense, DType, Func, Module, Op, Sym, SymbolRef, TensorType, Value, attribute, kernel_shape, operand
+from compiler.ir import (
+    Dense,
+    DType,
+    Func,
+    Module,
+    Op,
+    Sym,
+    SymbolRef,
+    TensorType,
+    Value,
+    attribute,
+    kernel_shape,
+    operand,
+)
 from dialects.graph.common import normalize_axes
 
 if TYPE_CHECKING:

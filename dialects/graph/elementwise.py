@@ -11,7 +11,19 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import DType, Op, TensorType, Value, attribute, broadcast, kernel_shape, operand, size_div, size_max, size_min
+from compiler.ir import (
+    DType,
+    Op,
+    TensorType,
+    Value,
+    attribute,
+    broadcast,
+    kernel_shape,
+    operand,
+    size_div,
+    size_max,
+    size_min,
+)
 from dialects.graph.common import (
     broadcast_shapes,
     is_constant,

@@ -105,9 +105,10 @@ class DynamicModel:
 
         module, _ = driver.frontend(self.text, self.name, self.options, self.params or None)
         made = optimized(module, self.options, sizes)
-        self._symbolic = made is not None
-        if made is None:
+        if made is None:  # (at these sizes: another size may still take an existing graph)
+            self._symbolic = bool(self._variants)
             return None
+        self._symbolic = True
         self._variants.append(made)
         return made[0]
 

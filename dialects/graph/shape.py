@@ -110,10 +110,13 @@ def _reshaped(x, op: Op, name: str):
             flat = 0
             for k in outs:
                 flat = flat * out_shape[k] + idx[k]
-            for k in reversed(ins):
-                last = k == ins[0]
-                src[k] = flat if last else tirx.floormod(flat, in_shape[k]) if not (isinstance(in_shape[k], int) and in_shape[k] == 1) else 0
-                flat = flat if last else tirx.floordiv(flat, in_shape[k])
+            for k in reversed(ins):  # the run's input indices, innermost first
+                if k == ins[0]:
+                    src[k] = flat
+                elif isinstance(in_shape[k], int) and in_shape[k] == 1:
+                    src[k] = 0
+                else:
+                    src[k], flat = tirx.floormod(flat, in_shape[k]), tirx.floordiv(flat, in_shape[k])
         # Simplified under the indices' bounds, a reshape that splits or merges dims reads x[c, h, w], not
         # x[(c * 784 + h * 28 + w) // 784 % 116, ...]: the schedules can then see which loops a load
         # is contiguous in (a channel shuffle's plane copies were gathers: 76 -> 5.3 us, Zen 4).

@@ -59,7 +59,7 @@ def compile(source: str | Module, options: Options = Options(), *, params: dict[
         model.from_cache = True
         return model
     module, model_source = frontend(source, name, options, params)
-    if is_dynamic(module[options.entry]):  # `?` sizes: compiled per size at its first call
+    if is_dynamic(module[options.entry]):  # `?` sizes: one model for every size (codegen/dynamic.py)
         from compiler.codegen.dynamic import DynamicModel
         from compiler.codegen.symbolic import optimized
 
@@ -67,7 +67,7 @@ def compile(source: str | Module, options: Options = Options(), *, params: dict[
         symbolic = optimized(module, options)
         if symbolic is None and not has_runtime_attrs(module[options.entry]):  # (passes need every attribute's value)
             optimize(module, options)  # the graph passes' own diagnostics now, not at the first call
-        model = DynamicModel(model_source, options, params, name, symbolic=symbolic)
+        model = DynamicModel(model_source, options, params, name, symbolic=symbolic or False)
         model.compile_seconds = time.perf_counter() - t0
         return model
     optimize(module, options)

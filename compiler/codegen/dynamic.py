@@ -74,8 +74,9 @@ class DynamicModel:
         # One kernel for every size (codegen/symbolic.py): the module with named sizes after the graph
         # passes, one per set of their size-dependent choices (made at the first size that needs it: all of
         # them in a loaded artifact), and the kernels built so far.
-        self._variants: list[tuple] = [symbolic] if symbolic is not None else []
-        self._symbolic = True if symbolic is not None else _UNSET
+        # (`symbolic`: the first graph and its choices; False: none can be made; None: not tried yet.)
+        self._variants: list[tuple] = [symbolic] if symbolic else []
+        self._symbolic = _UNSET if symbolic is None else bool(symbolic)
         self.kernels = None
 
     def _set_params(self, params: dict[str, np.ndarray]) -> None:

@@ -7,9 +7,9 @@ rule, and the transforms are memory-bound passes over the input and output. What
 pay for those passes and for U, which is 4x the weights' size: the pass leaves alone convolutions of
 fewer than `min-tiles` tiles (late maps of a batch of one, where the weights outweigh the activations:
 ResNet-50's 512 -> 512 at 7x7 ran slower; a batch that is a named size counts at the size the passes
-run for, and a size on the other side of the bound gets a graph of its own: `ir.at_least`), and those of few channels, whose transforms cost as much as
-their matmul (a first conv on RGB). Grouped, strided and dilated convolutions, and weights passed per
-call, are left alone.
+run for, and a size on the other side of the bound gets a graph of its own: `ir.at_least`), and those
+of few channels, whose transforms cost as much as their matmul (a first conv on RGB). Grouped, strided
+and dilated convolutions, and weights passed per call, are left alone.
 """
 
 from __future__ import annotations

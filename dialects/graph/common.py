@@ -185,6 +185,14 @@ def zeros(b: Builder, t: TensorType) -> Value:
     return b.constant(np.zeros(t.shape), t.dtype)
 
 
+def size_value(d, dtype: str):
+    """A size from `kernel_shape` as a TVM value of `dtype`: a number, or a size variable of a kernel for
+    every size (codegen/symbolic.py)."""
+    from tvm import tirx
+
+    return tirx.const(d, dtype) if isinstance(d, int) else tirx.Cast(dtype, d)
+
+
 def isnan(x):
     """TIR's isnan, for bf16 too (TVM has none for it: a bf16 max pool failed to compile, its value is
     tested in f32, where it is exact)."""

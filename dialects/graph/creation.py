@@ -24,7 +24,7 @@ from compiler.ir import (
     kernel_shape,
     operand,
 )
-from dialects.graph.common import normalize_axes
+from dialects.graph.common import normalize_axes, size_value
 
 if TYPE_CHECKING:
     from compiler.builder import Builder
@@ -229,10 +229,7 @@ class Shape(Op, name="graph.shape"):
     def lower(self, x):
         from tvm import te, tirx
 
-        def size(d):  # a number, or a size variable of a kernel for every size (codegen/symbolic.py)
-            return tirx.const(d, self.dtype.tvm) if isinstance(d, int) else tirx.Cast(self.dtype.tvm, d)
-
-        sizes = [size(d) for d in kernel_shape(self.operands[0].type.shape)]
+        sizes = [size_value(d, self.dtype.tvm) for d in kernel_shape(self.operands[0].type.shape)]
 
         def at(i):
             out = sizes[-1] if sizes else tirx.const(0, self.dtype.tvm)

@@ -39,6 +39,7 @@ from dialects.graph.common import (
     reshaped,
     same_dtype,
     same_type,
+    size_value,
     unbroadcast,
     zeros,
 )
@@ -752,8 +753,7 @@ class Gather(ShapeOp, name="graph.gather"):
 
         t, ti = self.operands[0].type, self.operands[1].type
         axis = self.axis % t.rank
-        d = kernel_shape(t.shape)[axis]  # (a size variable in a kernel for every size)
-        d = tirx.const(d, ti.dtype.tvm) if isinstance(d, int) else tirx.Cast(ti.dtype.tvm, d)
+        d = size_value(kernel_shape(t.shape)[axis], ti.dtype.tvm)
 
         def body(*i):
             j = indices(*i[axis : axis + ti.rank])

@@ -712,7 +712,7 @@ def cmd_compile(args) -> int:
         params = load_npz(args.params) if args.params else None
         model = driver.compile(text, options, params=params, name=name, use_cache=False)
         if not hasattr(model, "lib"):
-            raise GCError(_PER_SIZE.format(what="the kernels are", f=args.entry))
+            raise GCError(_PER_SIZE.format(what="the kernels (most of them one for every size) are", f=args.entry))
         sys.stdout.write(_emit(model, args.emit))
         return 0
     use_cache = cache.enabled() and not args.no_cache

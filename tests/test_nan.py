@@ -46,6 +46,11 @@ def softmax(x: np.ndarray, log: bool = False) -> np.ndarray:
         return z - np.log(s) if log else np.exp(z) / s
 
 
+def sigmoid(x: np.ndarray) -> np.ndarray:
+    with np.errstate(over="ignore"):
+        return 1 / (1 + np.exp(-x.astype(np.float64)))
+
+
 def pool(x: np.ndarray, k: int, stride: int, pad: int) -> np.ndarray:
     """Max over windows, NaN winning, padding never."""
     xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)), constant_values=-inf)
@@ -74,6 +79,7 @@ CASES = {
     "sub of itself": ("graph.sub(%x, %x)", "tensor<8x8xf32>", lambda x: (x,),
                       lambda x: np.where(np.isfinite(x), 0.0, nan)),
     "equal to itself": ("graph.equal(%x, %x)", "tensor<8x8xi1>", lambda x: (x,), lambda x: x == x),
+    "sigmoid": ("graph.sigmoid(%x)", "tensor<8x8xf32>", lambda x: (x,), lambda x: sigmoid(x)),
     "softmax": ("graph.softmax(%x) {axis = -1}", "tensor<8x8xf32>", lambda x: (x,), softmax),
     "log_softmax": ("graph.log_softmax(%x) {axis = -1}", "tensor<8x8xf32>", lambda x: (x,),
                     lambda x: softmax(x, log=True)),
@@ -153,3 +159,29 @@ def test_vectorized_epilogues_keep_nan(case: str, target: str) -> None:
         want = EPILOGUES[case][1](a.astype(np.float64) @ b, a)
     assert np.isnan(want).sum() >= 64 + 63
     assert_same(run_on(target, epilogue_module(case), (a, b)), want)
+
+
+@pytest.mark.parametrize("target", TARGETS)
+@pytest.mark.parametrize("conv", [True, False], ids=["after a conv", "alone"])
+def test_silu_keeps_nan_and_infinities(conv: bool, target: str) -> None:
+    """x * sigmoid(x): NaN where x is NaN, +inf at +inf, NaN at -inf (-inf * 0, as PyTorch's SiLU). The CPU
+    build drops the sigmoid's own NaN select there (rewrite.nan_kept_by_product): the product keeps it."""
+    x = maps()
+    w = np.random.default_rng(3).standard_normal((16, 3, 1, 1)).astype(np.float32)
+    if conv:
+        with np.errstate(invalid="ignore"):
+            c = np.einsum("nchw,oc->nohw", x.astype(np.float64), w[:, :, 0, 0])
+        args, inputs, shape = "%x: tensor<1x3x8x8xf32>, %w: tensor<16x3x1x1xf32>", (x, w), "1x16x8x8"
+        body = f"%c = graph.conv2d(%x, %w) : tensor<{shape}xf32>"
+    else:
+        c = x.astype(np.float64)
+        args, inputs, shape = "%x: tensor<1x3x8x8xf32>", (x,), "1x3x8x8"
+        body = "%c = graph.add(%x, %x) : tensor<1x3x8x8xf32>"
+        c = c + c
+    text = (f"func @main({args}) -> tensor<{shape}xf32> {{\n  {body}\n"
+            f"  %s = graph.sigmoid(%c) : tensor<{shape}xf32>\n  %r = graph.mul(%c, %s) : tensor<{shape}xf32>\n"
+            "  return %r\n}\n")
+    with np.errstate(invalid="ignore"):
+        want = c * sigmoid(c)
+    assert np.isnan(want).sum() >= 3 and np.isposinf(want).any()
+    assert_same(run_on(target, text, inputs), want)

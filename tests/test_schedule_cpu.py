@@ -22,7 +22,7 @@ from compiler.codegen import llvm_pipeline, schedule_cpu  # noqa: E402
 from compiler.codegen.build import signature  # noqa: E402
 from compiler.codegen.cpu_rules import matmul, rewrite  # noqa: E402
 from compiler.codegen.cpu_rules.common import lanes  # noqa: E402
-from compiler.codegen.target import llvm_target  # noqa: E402
+from compiler.codegen.target import cpu, llvm_target  # noqa: E402
 
 ANCHOR = "out-elementwise-fusable"
 RNG = np.random.default_rng(0)
@@ -840,11 +840,15 @@ def _ulps(got: np.ndarray, want: np.ndarray) -> np.ndarray:
     return np.abs(got.view(np.int32).astype(np.int64) - want.view(np.int32).astype(np.int64))
 
 
+@pytest.mark.parametrize("scalef", [False, True], ids=["bits", "scalef"])
 @pytest.mark.parametrize("form", ["any", "min-0", "min-1"])
-def test_fast_exp_is_within_2_ulp_and_keeps_special_values(form: str) -> None:
+def test_fast_exp_is_within_2_ulp_and_keeps_special_values(form: str, scalef: bool) -> None:
     """Over the whole float range (denormal results included) within 2 ulp of the correctly rounded e^x;
     overflow exactly where exp overflows. `exp(min(x, c))` with a constant c <= 0 takes the short form,
-    which never overflows, and is still e^min(x, c) for any x (above c too)."""
+    which never overflows, and is still e^min(x, c) for any x (above c too). Both ways of scaling by 2^n:
+    the exponent's bits (any CPU) and AVX-512's vscalefps (llvm.ldexp)."""
+    if scalef and cpu().vector_bytes < 64:
+        pytest.skip("llvm.ldexp is one instruction only with AVX-512 (elsewhere a call per lane)")
     n = 1 << 16
     x = te.placeholder((n,), name="x")
     c = {"any": None, "min-0": 0.0, "min-1": -1.0}[form]
@@ -852,9 +856,10 @@ def test_fast_exp_is_within_2_ulp_and_keeps_special_values(form: str) -> None:
         out = topi.exp(x)
     else:
         out = te.compute((n,), lambda i: te.exp(tvm.tirx.min(x[i], tvm.tirx.const(c, "float32"))))
-    prim = rewrite.rewrite(te.create_prim_func([x, out]))
+    prim = rewrite.rewrite(te.create_prim_func([x, out]), scalef=scalef)
     assert "T.exp(" not in prim.script()
-    assert ("12582911" in prim.script()) == (c is None)  # the short form has no overflow branch
+    assert ("call_llvm_pure_intrin" in prim.script()) == scalef
+    assert ("12582911" in prim.script()) == (c is None and not scalef)  # the short form has no overflow branch
     fn = tvm.compile(prim, target=llvm_target())["main"]
     edges = [0, -np.inf, -200, -87.5, -95, -103.5, -103.9, -110, -1e-30, 1, 88.72, 88.7228, 88.723, 89, np.inf]
     if c is None:
@@ -875,6 +880,26 @@ def test_fast_exp_is_within_2_ulp_and_keeps_special_values(form: str) -> None:
     else:
         # above c, e^c (within 2 ulp, above) whatever x is: nothing overflows
         assert special[1] == special[89] == special[np.inf] and (c != 0 or special[1] == 1)
+
+
+def test_a_product_keeps_a_nan_without_the_select_that_kept_it() -> None:
+    """x * select(isnan(x), x, b) is x * b (SiLU's x * sigmoid(x)); a select over another value stays."""
+    x, y = te.placeholder((64,), name="x"), te.placeholder((64,), name="y")
+
+    def kept(a, b):
+        return tvm.tirx.Select(tvm.tirx.isnan(a), a, b * 3.0)
+
+    out = te.compute((64,), lambda i: x[i] * kept(x[i], y[i]) + kept(x[i], y[i]) * y[i])
+    prim = rewrite.nan_kept_by_product(te.create_prim_func([x, y, out]))
+    assert prim.script().count("T.isnan") == 1  # the second product's select is over x, not y
+    fn = tvm.compile(prim, target=llvm_target())["main"]
+    v, w = rand((64,)), rand((64,))
+    v[[3, 9]], w[[5, 9]] = np.nan, np.nan
+    got = aligned(np.zeros(64, np.float32))
+    fn(aligned(v), aligned(w), got)
+    want = v * np.where(np.isnan(v), v, w * 3) + np.where(np.isnan(v), v, w * 3) * w
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    np.testing.assert_allclose(got, want, rtol=1e-5)
 
 
 @pytest.mark.parametrize("name", ["erf", "tanh"])

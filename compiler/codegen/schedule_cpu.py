@@ -210,7 +210,7 @@ def blocks_of(c: int):
 
 def _done(sch: s_tir.Schedule, rule: str, unaligned: bool, blocked: Mapping[int, Blocked],
           native: Collection[int], post: Collection[Callable[[tirx.PrimFunc], tirx.PrimFunc]] = ()) -> tirx.PrimFunc:
-    func = sch.mod["main"]
+    func = rewrite.nan_kept_by_product(sch.mod["main"])
     for edit in post:
         func = edit(func)
     if blocked:

@@ -227,12 +227,13 @@ def _sigmoid_te(x):
     import tvm
     from tvm import te
 
-    # With e = e^-|x| <= 1 nothing overflows, and a large negative x gives e^x itself rather than 1/inf = 0.
-    # min(., 0) changes no value; it tells the CPU build that e^. needs no overflow handling (rewrite.fast_exp),
-    # which is then no longer NaN's keeper: the last select is.
+    # With e = e^-|x| <= 1 nothing overflows, and a large negative x gives e^x itself rather than 1/inf = 0:
+    # 1 / (1 + e) for x >= 0, e / (1 + e) below (one division, no product: a SiLU epilogue is bound by its
+    # vector operations). min(., 0) changes no value; it tells the CPU build that e^. needs no overflow
+    # handling (rewrite.fast_exp), which is then no longer NaN's keeper: the last select is.
     e = te.exp(tvm.tirx.min(-tvm.tirx.abs(x), _const(0, x)))
-    s = _const(1, x) / (_const(1, x) + e)
-    return tvm.tirx.Select(tvm.tirx.isnan(x), x, tvm.tirx.Select(x >= _const(0, x), s, e * s))
+    s = tvm.tirx.Select(x >= _const(0, x), _const(1, x), e) / (_const(1, x) + e)
+    return tvm.tirx.Select(tvm.tirx.isnan(x), x, s)
 
 
 def _softplus(x):

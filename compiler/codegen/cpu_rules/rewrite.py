@@ -18,6 +18,7 @@ from tvm.ir.expr import Call
 from tvm.tirx.buffer import BufferType
 
 from compiler.codegen.sblocks import redeclare_params
+from compiler.codegen.target import cpu
 
 # e^r = 1 + r + r^2 (c2 + c3 r + c4 r^2 + c5 r^3) on |r| <= ln2 / 2, near-minimax in relative error (a
 # Lawson-weighted fit): with ln2 in two parts, within 2 ulp of the rounded exp over the float range.
@@ -27,7 +28,7 @@ _LN2 = (0.693145751953125, 1.428606765330187e-06)  # hi (its last 11 bits zero: 
 _ROUND = 12582912.0  # 1.5 * 2^23: x + _ROUND is x rounded to an integer, which the low mantissa bits hold
 
 
-def fast_exp(x, at_most_zero: bool = False):
+def fast_exp(x, at_most_zero: bool = False, scalef: bool = False):
     """e^x on one float32 expression (exp itself for any other dtype), within 2 ulp over the float range
     and exact at 0, -inf -> 0, inf -> inf, nan -> nan, overflowing where exp does, denormals right.
 
@@ -35,7 +36,10 @@ def fast_exp(x, at_most_zero: bool = False):
     n + b: shifted into the exponent field and added to the polynomial's bits they scale it by 2^(n + b),
     and a multiply by 2^-b rounds once, into the denormals too (b = 32 below zero, -1 above, so that
     2^(n + b) stays a normal float). `at_most_zero`: the caller knows x <= 0 or does not care what a NaN
-    gives (sigmoid's e^-|x| keeps NaN itself): no overflow to handle, 15 vector operations instead of 19."""
+    gives (sigmoid's e^-|x| keeps NaN itself): no overflow to handle, 15 vector operations instead of 19.
+    `scalef` (AVX-512): the polynomial scaled by 2^n with llvm.ldexp, one vscalefps that rounds into the
+    denormals and overflows to inf by itself: 12 operations, or 13 with the overflow (a SiLU epilogue is
+    bound by its vector operations: EfficientNet-B0's 16 -> 96 1x1 conv at 112x112, Zen 4)."""
     dtype = str(getattr(x, "dtype", None) or x.ty.dtype)
     if dtype != "float32":
         return tirx.exp(x)
@@ -43,7 +47,11 @@ def fast_exp(x, at_most_zero: bool = False):
     def c(v: float):
         return tirx.const(v, "float32")
 
-    if at_most_zero:
+    if scalef:
+        # (the clamps keep n within the rounding trick's range; e^-104 rounds to 0, e^88.73 to inf)
+        clamped = tirx.max(x if at_most_zero else tirx.min(x, c(88.73)), c(-104.0))
+        bias = unbias = c(_ROUND)
+    elif at_most_zero:
         clamped = tirx.max(x, c(-104.0))  # below, every result is 0
         bias, unbias = c(_ROUND + 32), c(2.0**-32)
     else:
@@ -53,13 +61,17 @@ def fast_exp(x, at_most_zero: bool = False):
         bias, unbias = tirx.Select(below, c(_ROUND + 32), c(_ROUND - 1)), tirx.Select(below, c(2.0**-32), c(2.0))
     t = clamped * c(_LOG2E) + bias
     # n from the bits: TVM's simplifier folds the float (a + b) - b to a, which is not a rounding.
-    n = tirx.Cast("float32", tirx.reinterpret("int32", t) - tirx.reinterpret("int32", bias))
+    n_int = tirx.reinterpret("int32", t) - tirx.reinterpret("int32", bias)
+    n = tirx.Cast("float32", n_int)
     r = clamped - n * c(_LN2[0])
     r = r - n * c(_LN2[1])
     y = c(_P[0])
     for p in _P[1:]:
         y = y * r + c(p)
     y = (y * r + c(1.0)) * r + c(1.0)
+    if scalef:
+        e = tirx.call_llvm_pure_intrin("float32", "llvm.ldexp", y, n_int)
+        return e if at_most_zero else tirx.max(e, x)
     scaled = tirx.reinterpret("int32", y) + (tirx.reinterpret("int32", t) << 23)
     e = tirx.reinterpret("float32", scaled) * unbias
     return e if at_most_zero else tirx.max(e, x)  # x itself where it wins: +inf, nan
@@ -103,27 +115,65 @@ def fast_tanh(x):
     return _odd_rational(x, _TANH, tirx.tanh)
 
 
+def _at_most_zero(e):
+    """The argument to take e^. of in the short form (`fast_exp`'s at_most_zero) where `e` is min(a, c) with a
+    constant c <= 0, else None: -|x| itself for min(-|x|, 0), equal but for a NaN (sigmoid's e^-|x|, whose
+    NaN its select or SiLU's product keeps: its e^. no one reads), else the min."""
+    if not (isinstance(e, tirx.Min) and isinstance(e.b, tirx.FloatImm) and e.b.value <= 0):
+        return None
+    a = e.a
+    negated_abs = (isinstance(a, tirx.Mul) and isinstance(a.b, tirx.FloatImm) and a.b.value < 0
+                   and isinstance(a.a, Call) and a.a.op.name == "tirx.fabs")
+    return a if negated_abs and e.b.value == 0 else e
+
+
 FAST = {"exp": fast_exp, "erf": fast_erf, "tanh": fast_tanh}
 _FAST_OPS = {f"tirx.{name}": f for name, f in FAST.items()}
 
 
-def rewrite(prim: tirx.PrimFunc, fast_math: bool = True, unaligned: bool = False) -> tirx.PrimFunc:
+def nan_kept_by_product(prim: tirx.PrimFunc) -> tirx.PrimFunc:
+    """`prim` with x * select(isnan(x), x, b) as x * b: the product is NaN where x is, so the select that
+    keeps a NaN is not needed (SiLU's x * sigmoid(x) once the schedule has inlined the sigmoid: two of its
+    epilogue's 22 vector operations)."""
+    structural_equal = tvm_ffi.structural_equal
+
+    def kept(s, x) -> bool:
+        return (isinstance(s, tirx.Select) and isinstance(s.condition, Call) and s.condition.op.name == "tirx.isnan"
+                and structural_equal(s.condition.args[0], x) and structural_equal(s.true_value, x))
+
+    def product(m):
+        if kept(m.b, m.a):
+            return tirx.Mul(m.a, m.b.false_value)
+        if kept(m.a, m.b):
+            return tirx.Mul(m.a.false_value, m.b)
+        return m
+
+    return tvm_ffi.structural_map(prim, [(tirx.Mul, product)])
+
+
+def rewrite(prim: tirx.PrimFunc, fast_math: bool = True, unaligned: bool = False,
+            scalef: bool | None = None) -> tirx.PrimFunc:
     """`prim` with float32 exp/erf/tanh replaced by their fast forms (`fast_math`) and its parameters
-    declared aligned to their element size only (`unaligned`).
+    declared aligned to their element size only (`unaligned`). `scalef`: exp scales by vscalefps
+    (default: where the CPU built for has AVX-512; elsewhere LLVM would call ldexpf once per lane).
 
     TVM assumes 64-byte aligned parameters and emits aligned vector loads, so a NumPy array (malloc
     aligns to 16) must otherwise be copied first; declared element-aligned, the same kernel runs
     on any array at the same speed (unaligned vector loads cost nothing extra on aligned data).
     """
 
+    if scalef is None:
+        scalef = cpu().vector_bytes >= 64
+
     def fast(call):
         f = _FAST_OPS.get(str(getattr(call.op, "name", "")))
         if f is None or str(call.ty.dtype) != "float32":
             return call
         arg = call.args[0]
-        if f is fast_exp and isinstance(arg, tirx.Min) and isinstance(arg.b, tirx.FloatImm) and arg.b.value <= 0:
-            return fast_exp(arg, at_most_zero=True)  # exp(min(a, c <= 0)): an argument that cannot overflow
-        return f(arg)
+        if f is not fast_exp:
+            return f(arg)
+        short = _at_most_zero(arg)
+        return fast_exp(arg, scalef=scalef) if short is None else fast_exp(short, at_most_zero=True, scalef=scalef)
 
     if fast_math:
         prim = tvm_ffi.structural_map(prim, [(Call, fast)])

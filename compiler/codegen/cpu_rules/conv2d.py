@@ -243,6 +243,8 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     # 147 -> 135 us). With a short last tile it runs once the map is done, pixels innermost: contiguous
     # NCHW writes as they are.
     if yc:
+        if not tail and not flat and heavy_epilogue(sch, out):  # (the tile's two vectors at once)
+            out = epilogue_on_vectors(sch, out, wo, ob)
         blocked_write_back(sch, out, ctx, yc, ob, None if tail else px)
     elif not tail:
         if not flat and heavy_epilogue(sch, out):  # (flat tiles' regions are not exact boxes: TVM cannot copy one)

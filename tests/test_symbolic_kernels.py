@@ -240,13 +240,13 @@ def test_attention_over_a_sequence_known_at_run_time():
     for n in (6, 9, 40, 2):
         _check(model, ATTENTION, params, rng.standard_normal((n, 32)).astype(np.float32))
         built[n] = model.model_for([(n, 32)]).built_functions
-    # Every product is one kernel for every sequence (Q K^T's columns and K are the sequence too); the
-    # softmax over rows of the sequence's length is built for each size (its rule keeps its vectors only
-    # over static rows), at the speed of that rule.
-    assert 0 < built[9] < built[6] and built[40] == built[9]
+    # Every kernel is one for every sequence: the products (Q K^T's columns and K are the sequence too)
+    # and the softmax over rows of the sequence's length (vector lanes along a row of any length, the last
+    # vector predicated: rows of 9, 40 and 2 here); a later length builds nothing.
+    assert built[6] > 0 and built[9] == built[40] == built[2] == 0
     at9, at40 = (model.model_for([(n, 32)]).plan.steps for n in (9, 40))
-    assert [s.kernel for s in at9 if s.schedule == "matmul"] == [s.kernel for s in at40 if s.schedule == "matmul"]
-    assert "generic" not in {s.schedule for s in at40}
+    assert [s.kernel for s in at9] == [s.kernel for s in at40]
+    assert "rows" in {s.schedule for s in at40} and "generic" not in {s.schedule for s in at40}
 
 
 def test_instantiate_keeps_each_size_expression():
@@ -344,3 +344,32 @@ def test_a_lowering_that_needs_its_sizes_as_numbers_builds_per_size(monkeypatch)
         _check(model, MLP, params, rng.standard_normal((n, 24)).astype(np.float32))
         built[n] = model.model_for([(n, 24)]).built_functions
     assert built[6] == 1  # the kernel with the relu, again; the last layer's is shared
+
+
+ROWS = """
+func @main(%x: tensor<3x?(n)xf32>) -> (tensor<3x?(n)xf32>, tensor<3x?(n)xf32>, tensor<3xf32>) {
+  %s = graph.softmax(%x) {axis = -1} : tensor<3x?(n)xf32>
+  %l = graph.log_softmax(%x) {axis = -1} : tensor<3x?(n)xf32>
+  %m = graph.reduce_max(%x) {axes = [1]} : tensor<3xf32>
+  return %s, %l, %m
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def rows_model():
+    model = compiler.compile(ROWS, "llvm")
+    model(np.zeros((3, 100), np.float32))  # (its kernels built at a size the test does not draw)
+    return model
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(n=st.integers(2, 70), seed=st.integers(0, 2**16))
+def test_reductions_over_a_row_of_a_run_time_length(rows_model, n: int, seed: int) -> None:
+    """The rows rule over a row whose length is a size variable: vector lanes along the row, the last
+    vector predicated (and peeled off: rows of 16 and 64 have none, 17 one lane), one kernel for every n."""
+    x = np.random.default_rng(seed).standard_normal((3, n)).astype(np.float32) * 4
+    _check(rows_model, ROWS, {}, x)
+    at = rows_model.model_for([x.shape])
+    assert at.built_functions == 0
+    assert {s.schedule for s in at.plan.steps} == {"rows"}

@@ -125,11 +125,11 @@ def build(module: Module, target: str = "llvm", *, entry: str = "main", arch: st
 
 # Rules whose schedules take extents known only at run time as such: row tiles over rows, columns or K of
 # any number (matmul), a batch in the parallel loop (conv2d, pool, winograd), vectors over the static
-# inner loops or peeled transpose tiles (generic). Any other rule is kept for a symbolic kernel only where
-# no size variable is the innermost extent of a tensor: the reductions' rules take their vector
-# lanes along a row, and over a row of a sequence's length they lose them (the transformer's softmax 31
-# -> 85 us at 128; Zen 3).
-SYMBOLIC_RULES = frozenset({"matmul", "conv2d", "pool", "winograd", "generic"})
+# inner loops or peeled transpose tiles (generic), vector lanes along a row of any length with the last
+# vector predicated and peeled (rows: softmax, log_softmax, reduce_* over a sequence). Any other rule is
+# kept for a symbolic kernel only where no size variable is the innermost extent of a tensor (the
+# columns and planes rules take their lanes across rows that must be whole vectors).
+SYMBOLIC_RULES = frozenset({"matmul", "conv2d", "pool", "winograd", "generic", "rows"})
 
 
 def _falls_off(sched: _Scheduler, k: Kernel, static) -> bool:

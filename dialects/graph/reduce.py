@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from compiler.ir import DType, Op, TensorType, Value, attribute, operand
+from compiler.ir import DType, Op, TensorType, Value, attribute, kernel_shape, operand
 from dialects.graph.common import (
     broadcast_like,
     extreme_reducer,
@@ -92,7 +92,9 @@ class Reduce(Op):
             # TVM skips a reduction's init when its loop is empty, so the identity is written out instead.
             ident = self.fn(np.zeros([0], t.dtype.np), (0,), False).astype(out.dtype.np)[()]
             return te.compute(out.shape, lambda *i: tirx.const(ident.item(), out.dtype.tvm), name=_short(self))
-        raxes = {a: te.reduce_axis((0, t.shape[a]), name=f"k{a}") for a in sorted(axes)}  # memory order, whatever order `axes` names them in
+        # (sizes as the kernel takes them: size variables in a kernel for every size, codegen/symbolic.py)
+        shape, out_shape = kernel_shape(t.shape), kernel_shape(out.shape)
+        raxes = {a: te.reduce_axis((0, shape[a]), name=f"k{a}") for a in sorted(axes)}  # memory order, whatever order `axes` names them in
 
         def source(idx: tuple):
             kept = iter(i for a, i in enumerate(idx) if not (self.keepdims and a in raxes))
@@ -102,7 +104,7 @@ class Reduce(Op):
         mean = self.name == "graph.reduce_mean"
         final = acc == out.dtype.tvm and not mean
         total = te.compute(
-            out.shape,
+            out_shape,
             lambda *idx: _combine(self.name, source(idx), list(raxes.values())),
             name=_short(self) if final else _short(self) + "_acc",
         )
@@ -115,7 +117,7 @@ class Reduce(Op):
                 y = tirx.truncdiv(y, tirx.const(n, acc)) if "int" in acc else y / tirx.const(n, acc)
             return y.astype(out.dtype.tvm)
 
-        return te.compute(out.shape, finish, name=_short(self))
+        return te.compute(out_shape, finish, name=_short(self))
 
 
 def _short(op: Op) -> str:

@@ -22,6 +22,7 @@ from compiler.codegen.cpu_rules.common import (
     is_spatial,
     lanes,
     param_name,
+    symbolic,
     try_vectorize,
     vector_dividing,
 )
@@ -87,8 +88,13 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     if rows == 0:
         return _whole(sch, reductions)
     # A costly stage read twice (exp(x - max) feeding both the sum and the quotient) is computed once
-    # per row instead, into a row buffer; everything else folds into its consumers.
-    cheap = [b for b in bl[:-1] if len(sch.get_consumers(b)) < 2 or _size(sch.get(b).body.value) < COSTLY]
+    # per row instead, into a row buffer; everything else folds into its consumers. Over a row of a length
+    # known only at run time (a sequence's) every stage folds, the exp computed twice: such a row buffer's
+    # region, inferred from the partial reduction's padded vectors, reaches past the row (the softmax at
+    # 384 as it is: 144 us against 108-155 for its static schedule, which keeps the buffer; Zen 4).
+    costly = all(extent(sch, lp) is not None for r in reductions for lp in sch.get_loops(r)[rows:])
+    cheap = [b for b in bl[:-1]
+             if not costly or len(sch.get_consumers(b)) < 2 or _size(sch.get(b).body.value) < COSTLY]
     inline_spatial(sch, cheap)
     out = blocks(sch)[-1]
     if len(sch.get_loops(out)) < rows:
@@ -97,9 +103,9 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     dtype = str(sch.get(out).writes[0].source.dtype)
     vl = lanes(dtype)
     # rfactor before any compute_at: it wants the reduction block first under its outermost loop.
-    partials = [(_reduced(sch, r), _rfactor(sch, r, rows, vl)) for r in reductions if not _same(sch, r, out)]
+    partials = [_rfactor(sch, r, rows, vl) for r in reductions if not _same(sch, r, out)]
     if not is_spatial(sch, out):
-        partials.append((_reduced(sch, out), _rfactor(sch, out, rows, vl)))
+        partials.append(_rfactor(sch, out, rows, vl))
     loops = sch.get_loops(out)
     dims = [extent(sch, lp) or 1 for lp in loops[:rows]]
     row = sch.fuse(*loops[:rows]) if rows > 1 else loops[0]
@@ -110,7 +116,7 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     sch.parallel(ro)
     for b in reversed(blocks(sch)[:-1]):
         sch.compute_at(b, ri)
-    for n, rf in partials:
+    for rf, n in partials:
         if rf is not None:
             _restore_predicate(sch, rf, n)
             _vectorize_partial(sch, rf, vl)
@@ -145,7 +151,7 @@ def _whole(sch: s_tir.Schedule, reductions: list) -> bool:
     bl = blocks(sch)
     inline_spatial(sch, bl[:-1])
     r = reductions[0]
-    rf = _rfactor(sch, r, 0, lanes(str(sch.get(r).writes[0].source.dtype)))
+    rf, _ = _rfactor(sch, r, 0, lanes(str(sch.get(r).writes[0].source.dtype)))
     if rf is None:
         return False
     sch.vectorize(sch.get_loops(rf)[-1])
@@ -243,33 +249,41 @@ def _reduced(sch: s_tir.Schedule, b) -> int:
 
 
 def _rfactor(sch: s_tir.Schedule, r, rows: int, vl: int):
-    """Split the (fused) reduce loops into vector lanes and factor them out: a [rows.., lanes] partial."""
+    """Split the (fused) reduce loops into vector lanes and factor them out: a [rows.., lanes] partial.
+    Returns (the partial block or None, the row's length: an int, or an expression of the kernel's size
+    variables for a row known only at run time, a sequence's)."""
     loops = sch.get_loops(r)
     red = loops[rows:]
     k = sch.fuse(*red) if len(red) > 1 else red[0]
-    n = extent(sch, k) or 0
-    # One vector of partials: 2 or 4 (independent add chains) measured no faster on softmax rows.
-    ki = next((d for d in range(vl, 1, -1) if n % d == 0 and n >= 2 * d), None)
+    n = extent(sch, k)
+    if n is None:
+        if not symbolic(sch):
+            return None, 0
+        # A row of a length known at run time: whole vectors and a predicated last one, as below.
+        ki, n = vl, sch.get(k).extent
+    else:
+        # One vector of partials: 2 or 4 (independent add chains) measured no faster on softmax rows.
+        ki = next((d for d in range(vl, 1, -1) if n % d == 0 and n >= 2 * d), None)
     if ki is None or ki < vl // 2:
         # No vector (or half of one) divides the row (softmax rows of 197: one element at a time, 4x
         # slower): whole vectors and a predicated last one. compute_at drops the partial block's
         # predicate; `_restore_predicate` puts it back once the block sits under its row.
         if n < 2 * vl:
-            return None
+            return None, n
         ki = vl
     ko, kin = sch.split(k, [None, ki])
     try:
         rf = sch.rfactor(kin, rows)
     except Exception:  # noqa: BLE001 (a reducer rfactor does not know, e.g. an argmax pair)
-        return None
+        return None, n
     # rfactor orders the partial's iterators (lane, rows.., ko); compute_at makes loops in that
     # order, and the lane loop must come innermost to be vectorized.
-    n = len(sch.get(rf).iter_vars)
-    sch.reorder_block_iter_var(rf, [*range(1, n), 0])
-    return rf
+    m = len(sch.get(rf).iter_vars)
+    sch.reorder_block_iter_var(rf, [*range(1, m), 0])
+    return rf, n
 
 
-def _restore_predicate(sch: s_tir.Schedule, rf, n: int) -> None:
+def _restore_predicate(sch: s_tir.Schedule, rf, n) -> None:
     """A partial block over a padded row (the reduction's extent no multiple of its lanes) gets its bound
     back, `chunk * lanes + lane < n`, in the loop variables compute_at gave it: compute_at rebuilds the
     block's realize from its iteration domain and drops the predicate rfactor had kept, so the last
@@ -283,8 +297,8 @@ def _restore_predicate(sch: s_tir.Schedule, rf, n: int) -> None:
     blk = realize.block
     ivs = list(blk.iter_vars)
     lane, chunk = len(ivs) - 1, next(n for n, iv in enumerate(ivs) if iv.iter_type == REDUCE)
-    vl, chunks = int(ivs[lane].dom.extent), int(ivs[chunk].dom.extent)
-    if n >= vl * chunks:
+    vl, chunks = int(ivs[lane].dom.extent), ivs[chunk].dom.extent
+    if isinstance(n, int) and n >= vl * int(chunks):
         return
     values = realize.iter_values
     bound = values[chunk] * vl + values[lane] < n
@@ -317,5 +331,12 @@ def _vectorize_partial(sch: s_tir.Schedule, rf, vl: int) -> None:
     """The partial block's lanes loop (innermost after the split) vectorized, its init split off."""
     ko, ki = sch.get_loops(rf)[-2:]
     sch.vectorize(ki)
+    if extent(sch, ko) is None:
+        # The init split off (after vectorizing: a decomposed update is no reduction block to vectorize):
+        # left in, its `ko == 0` test is a second condition that loop partitioning peels by, and it then
+        # peels one whole chunk and runs every other chunk of a row of a run-time length predicated, one
+        # lane at a time (the transformer's softmax at 384: 300 us against 108 for its static schedule).
+        init = sch.decompose_reduction(rf, ko)
+        sch.vectorize(sch.get_loops(init)[-1])
 
 

@@ -328,7 +328,8 @@ def _condition(e):
 
 
 def _vectorize_partial(sch: s_tir.Schedule, rf, vl: int) -> None:
-    """The partial block's lanes loop (innermost after the split) vectorized, its init split off."""
+    """The partial block's lanes loop (innermost after the split) vectorized; over a row of a run-time
+    length its init is split off too."""
     ko, ki = sch.get_loops(rf)[-2:]
     sch.vectorize(ki)
     if extent(sch, ko) is None:

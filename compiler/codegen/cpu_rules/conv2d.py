@@ -242,13 +242,13 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     # channels unrolled, so that the strided reads of the accumulators overlap (with a residual input:
     # 147 -> 135 us). With a short last tile it runs once the map is done, pixels innermost: contiguous
     # NCHW writes as they are.
+    # A heavy epilogue on the accumulators first (flat tiles' regions are not exact boxes: TVM cannot copy
+    # one): a vector at a time before an NCHW write-back, the tile's two vectors at once before a blocked one.
+    if not tail and not flat and heavy_epilogue(sch, out):
+        out = epilogue_on_vectors(sch, out, wo, ob if yc else vl)
     if yc:
-        if not tail and not flat and heavy_epilogue(sch, out):  # (the tile's two vectors at once)
-            out = epilogue_on_vectors(sch, out, wo, ob)
         blocked_write_back(sch, out, ctx, yc, ob, None if tail else px)
     elif not tail:
-        if not flat and heavy_epilogue(sch, out):  # (flat tiles' regions are not exact boxes: TVM cannot copy one)
-            out = epilogue_on_vectors(sch, out, wo, vl)
         if flat:
             sch.unroll(sch.get_loops(out)[-1])  # a tile's pixels may span two rows: no vector store
         else:

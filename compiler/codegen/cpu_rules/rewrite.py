@@ -50,7 +50,7 @@ def fast_exp(x, at_most_zero: bool = False, scalef: bool = False):
     if scalef:
         # (the clamps keep n within the rounding trick's range; e^-104 rounds to 0, e^88.73 to inf)
         clamped = tirx.max(x if at_most_zero else tirx.min(x, c(88.73)), c(-104.0))
-        bias = unbias = c(_ROUND)
+        bias = c(_ROUND)  # (no unbias: vscalefps rounds into the denormals itself)
     elif at_most_zero:
         clamped = tirx.max(x, c(-104.0))  # below, every result is 0
         bias, unbias = c(_ROUND + 32), c(2.0**-32)

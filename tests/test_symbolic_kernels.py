@@ -249,6 +249,47 @@ def test_attention_over_a_sequence_known_at_run_time():
     assert "rows" in {s.schedule for s in at40} and "generic" not in {s.schedule for s in at40}
 
 
+# GPT-2's MLP as exported: the rows flattened for the products, unflattened to [batch, seq, 256] (a shape
+# computed from the input's) for the GELU, flattened again.
+MLP_BLOCK = """
+func @main(%x: tensor<?(b)x?(s)x16xf32>, %w1: tensor<16x32xf32>, %w2: tensor<32x16xf32>) -> tensor<?x16xf32> {
+  %f = graph.reshape(%x) {shape = [-1, 16]} : tensor<?x16xf32>
+  %h = graph.matmul(%f, %w1) : tensor<?x32xf32>
+  %xs = graph.shape(%x) : tensor<3xi64>
+  %bs = graph.slice(%xs) {starts = [0], ends = [2], axes = [0]} : tensor<2xi64>
+  %n = graph.constant {value = dense<[32]> : tensor<1xi64>} : tensor<1xi64>
+  %shape = graph.concat(%bs, %n) {axis = 0} : tensor<3xi64>
+  %r = graph.reshape(%h) {shape = %shape} : tensor<?x?x32xf32>
+  %c = graph.constant {value = dense<3.0> : tensor<f32>} : tensor<f32>
+  %p = graph.pow(%r, %c) : tensor<?x?x32xf32>
+  %t = graph.tanh(%r) : tensor<?x?x32xf32>
+  %g = graph.mul(%p, %t) : tensor<?x?x32xf32>
+  %back = graph.reshape(%g) {shape = [-1, 32]} : tensor<?x32xf32>
+  %y = graph.matmul(%back, %w2) : tensor<?x16xf32>
+  return %y
+}
+"""
+
+
+def test_an_unflattening_between_products_is_no_size_per_call():
+    """[b * s, 32] unflattened to [b, s, 32]: canonicalize's matmul-unflattened moves the unflattening
+    before the product, whose operand then has b and s apart (each bound by it), so the elementwise ops
+    after it fuse into it and no kernel has a size that no operand binds (once the GELU's kernel between
+    the reshapes was built for each (b, s))."""
+    params = _weights(MLP_BLOCK, "x", {"x": (2, 3, 16)})
+    model = compiler.compile(MLP_BLOCK, "llvm", params=params)
+    assert model.symbolic is not None
+    rng = np.random.default_rng(11)
+    built = {}
+    for size in ((2, 3), (3, 5), (4, 9), (2, 17)):
+        x = rng.standard_normal((*size, 16)).astype(np.float32)
+        _check(model, MLP_BLOCK, params, x)
+        built[size] = model.model_for([x.shape]).built_functions
+    assert built[(2, 3)] > 0 and built[(3, 5)] == built[(4, 9)] == built[(2, 17)] == 0
+    steps = model.model_for([(4, 9, 16)]).plan.steps
+    assert any({"matmul", "tanh"} <= set(s.ops) for s in steps)  # the GELU in the product's epilogue
+
+
 def test_instantiate_keeps_each_size_expression():
     module = parse(MLP)
     sym = symbolize(module, "main")

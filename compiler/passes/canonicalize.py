@@ -17,7 +17,7 @@ import numpy as np
 
 from compiler.builder import Builder
 from compiler.diagnostics import Location
-from compiler.ir import DType, Module, Op, Value
+from compiler.ir import DType, Module, Op, Value, agree
 from compiler.passes import Pass
 from compiler.rewrite import rewrite
 from dialects.graph import elementwise, linalg, shape
@@ -110,12 +110,15 @@ def matmul_unflattened(op: shape.Reshape, b: Builder) -> Value | None:
     rows are unflattened to [.., N] is the product of the rows unflattened first, as matmul broadcasts it
     (GPT-2's Conv1D: view, addmm, view; the inner reshape then folds away or stays a view). Exact: the
     same sums in the same order. Only where the product has no other reader, which would otherwise
-    compute it twice; the epilogue after it (bias, GELU, a residual add) then fuses with it."""
+    compute it twice; the epilogue after it (bias, GELU, a residual add) then fuses with it. Sizes known
+    only at run time qualify where they are expressions of named sizes that agree (`[batch * seq, 256]`
+    as `[batch, seq, 256]`): a kernel of the dynamic model then sees batch and seq apart, each bound by
+    an operand, instead of an unflattening between its operands that no size variable spans."""
     mm = op.x.owner
     if not isinstance(mm, linalg.MatMul) or mm.a.type.rank != 2 or mm.b.type.rank != 2:
         return None
     (m, k), out = mm.a.type.shape, op.result.type.shape
-    if len(out) < 3 or not op.result.type.is_static or out[-1] != mm.b.type.shape[-1] or math.prod(out[:-1]) != m:
+    if len(out) < 3 or not agree(out[-1], mm.b.type.shape[-1]) or not agree(math.prod(out[:-1]), m):
         return None
     if len(b.func.users().get(mm.result, [])) != 1:
         return None

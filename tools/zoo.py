@@ -18,7 +18,8 @@ scale). A number is the median over rounds of each round's median; gc / ORT is t
 ratios (gc and ONNX Runtime timed back to back in each round), which a host drifting between rounds
 does not skew. `--profile` lists gc's slowest kernels of each model, each placed on this machine's
 roofline (the FMA peak of the cores, measured by a loop of vector FMAs that llvmlite compiles for this
-CPU; the memory bandwidth as a 128 MB elementwise stream reaches it): compute-bound with its share of
+CPU, right before and right after that model's profile, since a shared host's speed drifts; the memory
+bandwidth as a 128 MB elementwise stream reaches it): compute-bound with its share of
 the FMA peak, or memory-bound with its share of the bandwidth. gc's own matmul in cache is reported
 beside the peak.
 The exported models are cached in
@@ -185,13 +186,17 @@ def import_and_compile(m: dict) -> None:
 # --- workers: one framework, one model, one round, in a process of its own --------------------------------
 
 
-def run_gc(d: Path, x: np.ndarray, quick: bool, profile: bool) -> dict:
+def run_gc(d: Path, x: np.ndarray, quick: bool, profile: bool, threads: int) -> dict:
     import compiler
 
     model = compiler.load(d / "model.gcpkg")
     out = {**measure(lambda: model(x), quick), "first": model(x)[0]}
     if profile:
+        # A shared host's speed drifts by up to 2x from minute to minute: each model's kernels are placed
+        # against the FMA peak measured right before and right after its own profile, not at the start.
+        before = fma_peak(threads)
         p = model.profile(x, repeat=5 if quick else 20, warmup=2)
+        out["peak_around"] = [before, fma_peak(threads)] if before else None
         out["profile"] = [{"kernel": r.name, "ops": ",".join(r.ops), "schedule": r.schedule, "us": round(r.us, 1),
                            "gflops": round(r.gflops, 1), "gbs": round(r.gbytes, 1), "loc": r.loc}
                           for r in p.top(len(p.rows))]
@@ -350,7 +355,7 @@ def worker(framework: str, name: str, d: Path, quick: bool, threads: int, profil
     x, ref = np.load(d / "input.npy"), np.load(d / "reference.npy")
     try:
         if framework == "gc":
-            r = run_gc(d, x, quick, profile)
+            r = run_gc(d, x, quick, profile, threads)
         elif framework == "ort":
             r = run_ort(d, x, quick, threads)
         else:
@@ -445,7 +450,7 @@ def main(argv: list[str] | None = None) -> int:
                         "max_err": max((x["max_err"] for x in ok), default=None),
                         "error": next((x["error"] for x in rs if "error" in x), None)}
                 if f == "gc" and rs and "profile" in rs[0]:
-                    m["profile"] = rs[0]["profile"]
+                    m["profile"], m["peak_around"] = rs[0]["profile"], rs[0].get("peak_around")
     date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(f"\ngc model zoo, {date}: {cpu_line()}, {args.threads} threads per framework, {args.rounds} rounds, "
           f"load average {load:.1f} before\n")
@@ -473,22 +478,29 @@ def main(argv: list[str] | None = None) -> int:
                 f"{mm:.0f} GFLOP/s (gc's {'x'.join(map(str, ROOFLINE_MATMUL))} matmul in cache; no llvmlite for the FMA peak)")
         print(f"\nroofline: {peak}, {roof['gbs']:.1f} GB/s (gc streaming 128 MB): a kernel below "
               f"{roof['peak_gflops'] / roof['gbs']:.1f} FLOP/byte is memory-bound")
-    def line(row: dict) -> str:
+    def line(row: dict, roof: dict | None) -> str:
         return (f"  {row['us']:9.1f} us  {row['gflops']:7.1f} GFLOP/s  {row['gbs']:6.1f} GB/s  "
                 f"{bound(row, roof):22s} {row['schedule']:8s} {row['kernel']} ({row['ops']}) {row['loc']}")
 
     for m in (m for m in models if m.get("profile")):
-        print(f"\n{m['name']}: gc's slowest kernels")
+        around, model_roof = m.get("peak_around"), roof
+        head = f"\n{m['name']}: gc's slowest kernels"
+        if around and roof:
+            # The peak of the minutes the profile ran in (the host drifts): the mean of before and after.
+            model_roof = {**roof, "peak_gflops": statistics.mean(around)}
+            head += (f" (FMA peak {around[0]:.0f} GFLOP/s before the profile, {around[1]:.0f} after"
+                     f"{'; the host changed speed meanwhile: shares are rough' if max(around) > 1.2 * min(around) else ''})")
+        print(head)
         for row in m["profile"][:8]:
-            print(line(row))
+            print(line(row, model_roof))
         # The issue's bar: no compute-bound kernel below half the FMA peak, whatever its share of the call.
-        low = sorted((r for r in m["profile"] if bound(r, roof).startswith("compute")
-                      and r["gflops"] < roof["peak_gflops"] / 2), key=lambda r: r["gflops"])
+        low = sorted((r for r in m["profile"] if bound(r, model_roof).startswith("compute")
+                      and r["gflops"] < model_roof["peak_gflops"] / 2), key=lambda r: r["gflops"])
         total = sum(r["us"] for r in m["profile"]) or 1
         print(f"  compute-bound below half the FMA peak: {len(low)} kernels, "
               f"{100 * sum(r['us'] for r in low) / total:.1f}% of the kernels' time{':' if low else ''}")
         for row in low[:5]:
-            print(line(row))
+            print(line(row, model_roof))
     if args.json:
         Path(args.json).write_text(json.dumps({"date": date, "cpu": cpu_line(), "threads": args.threads,
                                                "roofline": roof,

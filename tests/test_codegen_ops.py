@@ -519,6 +519,16 @@ def test_cumsum_along_each_axis_with_each_flag_and_dtype() -> None:
     assert_matches(*calls)
 
 
+def test_iota_along_each_axis_and_dtype() -> None:
+    x = RNG.standard_normal((2, 3, 37)).astype(np.float32)
+    calls = [("iota", [x], {"axis": a}) for a in (0, 1, 2, -1)]
+    calls += [("iota", [x.astype(np.float16)], {"axis": 2}), ("iota", [np.zeros((70,), np.int64)], {"axis": 0}),
+              ("iota", [np.zeros((5, 9), np.int32)], {"axis": 0}), ("iota", [np.zeros((4, 0), np.float32)], {"axis": 1})]
+    assert_matches(*calls)
+    (got,), _ = compiled_and_interpreted(("iota", [np.full((2, 4), np.nan, np.float32)], {"axis": 1}))
+    np.testing.assert_array_equal(got, [[0, 1, 2, 3], [0, 1, 2, 3]])  # the values, even NaN, are not read
+
+
 def test_cumprod_along_each_axis_with_each_flag_and_dtype() -> None:
     x = (1 + 0.1 * RNG.standard_normal((2, 3, 20))).astype(np.float32)  # past 16 along the axis, near 1
     calls = [("cumprod", [x], {"axis": a, "exclusive": e, "reverse": r})

@@ -1222,8 +1222,8 @@ def _ones(n: Node, sizes: ArgValue, shape: tuple, dtype: DType) -> Value:
 
 
 def _coordinates(n: Node, ones: Value, axis: int) -> Value:
-    """Each element's index along `axis` (0, 1, 2, ...): the cumulative sum of `ones` less one."""
-    return n.b.sub(n.b.cumsum(ones, axis=axis), ones)
+    """Each element's index along `axis` (0, 1, 2, ...), in the shape and dtype of `ones`."""
+    return n.b.iota(ones, axis=axis)
 
 
 def _runtime_op(n: Node, short: str, operands: list, attrs: dict, shapes: list, dtype: DType, many: bool = False):
@@ -2001,7 +2001,7 @@ def trilu(n: Node) -> list:
 def _trilu_at_run_time(n: Node, k: int | None = None) -> Value:
     """x where its diagonal offset j - i is at least k (upper) or at most k (lower), for a k known only at
     run time (k None: input #1) or a matrix whose sizes are: the offsets a constant, or computed at each
-    call (the coordinates as cumulative sums of ones), compared with k."""
+    call (the coordinates as graph.iota), compared with k."""
     x, b = n.x(0), n.b
     rows, cols = x.type.shape[-2:]
     if static((rows, cols)):
@@ -2011,7 +2011,7 @@ def _trilu_at_run_time(n: Node, k: int | None = None) -> Value:
         r = x.type.rank
         sizes = _named(n, b.slice(b.shape(x), starts=[r - 2], ends=[r], axes=[0]), "sizes")
         ones = _ones(n, sizes, (rows, cols), DType.i64)
-        d = b.sub(b.cumsum(ones, axis=1), b.cumsum(ones, axis=0))  # column less row
+        d = b.sub(_coordinates(n, ones, 1), _coordinates(n, ones, 0))  # column less row
     if k is None:
         k = n.x(1)
         if k.type.size != 1 or k.type.dtype not in (DType.i32, DType.i64):

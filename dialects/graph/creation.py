@@ -24,7 +24,7 @@ from compiler.ir import (
     kernel_shape,
     operand,
 )
-from dialects.graph.common import normalize_axes, size_value
+from dialects.graph.common import normalize_axes, normalize_axis, require_numeric, size_value
 
 if TYPE_CHECKING:
     from compiler.builder import Builder
@@ -243,4 +243,40 @@ class Shape(Op, name="graph.shape"):
         return [None]  # sizes do not change with the values
 
 
-OPS = [Constant, Call, Numel, Shape]
+class Iota(Op, name="graph.iota"):
+    """Each element's index along `axis` (0, 1, 2, ...), in x's shape and dtype; x's values are not read:
+    the coordinates that ONNX Range, GatherElements and Trilu compute where their sizes are known only at
+    run time (a running sum of ones did it in O(n^2)):
+    %i = graph.iota(%x) {axis = 1} : tensor<2x3xi64>"""
+    kind = "injective"  # fuses into its readers like a broadcast; each element is its own index
+    reads_sizes_only = True
+
+    x = operand()
+    axis = attribute(int, 0)
+
+    def infer(self, x: TensorType) -> TensorType:
+        require_numeric(self, x)
+        if x.rank == 0:
+            raise self.error(f"operand must have rank >= 1, got {x}")
+        normalize_axis(self, self.axis, x.rank)
+        return x
+
+    def flops(self) -> int:
+        return 0
+
+    def reference(self, x: np.ndarray) -> np.ndarray:
+        axis = self.axis % x.ndim
+        index = np.arange(x.shape[axis]).reshape([-1 if d == axis else 1 for d in range(x.ndim)])
+        return np.broadcast_to(index, x.shape).astype(x.dtype)
+
+    def lower(self, x):
+        from tvm import te
+
+        axis, dtype = self.axis % len(x.shape), x.dtype
+        return te.compute(x.shape, lambda *i: i[axis].astype(dtype), name="iota")
+
+    def grad(self, b: Builder, dys: list[Value | None]) -> list[Value | None]:
+        return [None]  # indices do not change with the values
+
+
+OPS = [Constant, Call, Numel, Shape, Iota]

@@ -289,6 +289,30 @@ def test_constant_transposed_weights_are_read_prepacked() -> None:
     np.testing.assert_allclose(got, x @ y.T, rtol=1e-4, atol=1e-4)
 
 
+@settings(max_examples=12, deadline=None)
+@given(panels=st.integers(1, 6), extra=st.integers(1, 31), m=st.integers(9, 40))
+def test_matmul_columns_padded_to_whole_panels_write_back_whole_vectors(panels, extra, m) -> None:
+    """Columns that no panel divides (ViT's Q K^T over 197 tokens): the product runs over whole panels, and
+    the write-back and the pack of a B known only at the call, which the padding predicates, are split in
+    vectors whose last alone loop partitioning peels (under the predicate TVM ran every vector a lane at a
+    time: 197 columns took 1.5x the time of 224)."""
+    vl = lanes("float32")
+    n = panels * 2 * vl + extra
+    if n % vl == 0:  # one-vector panels divide it: nothing padded
+        return
+    a, b, r = (te.placeholder(s, name=x) for s, x in (((3, m, 16), "a"), ((3, 16, n), "b"), ((3, m, n), "r")))
+    mm = topi.nn.batch_matmul(a, b, transpose_b=False)
+    out = topi.add(mm, r)
+    x, y, z = rand((3, m, 16)), rand((3, 16, n)), rand((3, m, n))
+    got, rule = run([a, b, r, out], ANCHOR, x, y, z)
+    assert rule == "matmul"
+    np.testing.assert_allclose(got, x @ y + z, rtol=1e-4, atol=1e-4)
+    script = schedule_cpu.schedule(te.create_prim_func([a, b, r, out]), ANCHOR, ()).script()
+    # the pack of B and the write-back: each in vectors of the lanes, their loop hinted for the peel
+    assert script.count("pragma_loop_partition_hint") >= 2
+    assert f"T.vectorized({vl})" in script
+
+
 def test_matmul_plan_pads_instead_of_predicating() -> None:
     a, b = te.placeholder((63, 1031), name="a"), te.placeholder((1031, 10), name="b")
     from tvm import s_tir

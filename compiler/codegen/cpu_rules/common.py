@@ -97,11 +97,13 @@ def symbolic(sch: s_tir.Schedule) -> bool:
     return attrs is not None and "gc.sizes" in attrs
 
 
-def try_vectorize(sch: s_tir.Schedule, loop, lanes: int) -> None:
+def try_vectorize(sch: s_tir.Schedule, loop, lanes: int, tail: bool = False) -> None:
     """Vectorize `loop`, split to `lanes` first when it is longer; a loop TVM refuses stays scalar.
     Where `lanes` does not divide it, TVM's loop partitioning peels the last, predicated piece off (the
     hint), so the others are whole vectors: TVM scalarizes a vector loop under a predicate (softmax rows
-    of 197 or 208 ran their exp one lane at a time)."""
+    of 197 or 208 ran their exp one lane at a time). `tail`: the loop's body is predicated by a padding
+    that its extent does not show (a padded matmul's last panel of columns), so it is split and hinted
+    even where `lanes` divides it."""
     n = extent(sch, loop)
     if n is None and lanes > 1 and symbolic(sch):  # known at run time (codegen/symbolic.py): the tail peeled
         try:
@@ -116,7 +118,7 @@ def try_vectorize(sch: s_tir.Schedule, loop, lanes: int) -> None:
     try:
         if n > lanes:
             outer, loop = sch.split(loop, [None, lanes])
-            if n % lanes:
+            if n % lanes or tail:
                 sch.annotate(outer, "pragma_loop_partition_hint", 1)
         sch.vectorize(loop)
     except Exception:  # noqa: BLE001 (gathers, data-dependent indices)

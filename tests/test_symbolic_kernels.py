@@ -358,6 +358,40 @@ def test_a_loaded_artifact_builds_new_sizes_symbolically(tmp_path):
     assert again.model_for([(17, 24)]).built_functions == 0
 
 
+def test_a_saved_model_keeps_each_array_once_whatever_its_sizes(tmp_path):
+    """The weights and every size's constants lie once in the artifact's pool (consts.npz): a size that
+    shares its prepacked weights with another adds only its plan and library, not the weights again (the
+    artifact grew by all of them a size: MobileNetV2's 14 MB). Each size's consts.json names its keys; a
+    size taken out of the artifact is refused on its own."""
+    import zipfile
+
+    w = np.random.default_rng(0).standard_normal((256, 512)).astype(np.float32)  # 512 KB of weights
+    text = """
+func @main(%x: tensor<?x256xf32>, %w: tensor<256x512xf32>) -> tensor<?x512xf32> {
+  %y = graph.matmul(%x, %w) : tensor<?x512xf32>
+  return %y
+}
+"""
+    model = compiler.compile(text, "llvm", params={"w": w})
+    bytes_at = []
+    for n in (5, 9, 33):
+        x = np.random.default_rng(n).standard_normal((n, 256)).astype(np.float32)
+        model(x)
+        model.save(tmp_path / "m.gcpkg")
+        bytes_at.append((tmp_path / "m.gcpkg").stat().st_size)
+    # two sizes more: far less than one more copy of the weights (prepacked or as given)
+    assert bytes_at[2] - bytes_at[0] < w.nbytes // 4
+    loaded = compiler.load(tmp_path / "m.gcpkg")
+    for n in (5, 9, 33, 12):
+        x = np.random.default_rng(n).standard_normal((n, 256)).astype(np.float32)
+        np.testing.assert_allclose(loaded(x)[0], x @ w, rtol=1e-4, atol=1e-4)
+    with zipfile.ZipFile(tmp_path / "m.gcpkg") as z:
+        (tmp_path / "size.gcpkg").write_bytes(z.read("size-0.gcpkg"))
+        assert "consts.json" in zipfile.ZipFile(tmp_path / "size.gcpkg").namelist()
+    with pytest.raises(GCError, match="kept by the dynamic artifact"):
+        compiler.load(tmp_path / "size.gcpkg")
+
+
 def test_every_size_shares_the_weights(mlp):
     model, _ = mlp
     a, b = (model.model_for([(n, 24)]) for n in (5, 16))

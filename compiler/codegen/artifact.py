@@ -12,7 +12,9 @@ a library written to do harm by whoever made the file.
 
 Members: manifest.json (format, gc version, the hash of every other member), plan.json (target, entry,
 signature, buffers, calls, each kernel's parameter signature; see build._plan), lib.so, consts.npz, and
-source.gir (the GIR it came from).
+source.gir (the GIR it came from). A size of a dynamic artifact (codegen/dynamic.py) has consts.json in
+place of consts.npz: each constant's key in the dynamic artifact's pool, where every size's constants and
+the weights lie once.
 """
 
 from __future__ import annotations
@@ -41,8 +43,11 @@ from dialects.mem import padded_shape, padded_strides
 FORMAT = "gcpkg-3"  # 3: plan.json carries each kernel's signature, checked at load
 MEMBERS = ("plan.json", "lib.so", "consts.npz")  # and source.gir, optionally
 OPTIONAL = ("source.gir",)
-DYNAMIC_FORMAT = "gcpkg-dynamic-1"  # a model with ? sizes: its source and weights, and each size compiled
-DYNAMIC_MEMBERS = ("source.gir", "params.npz", "dynamic.json")
+# A model with ? sizes: its source, weights and each size compiled. 2: the weights and every size's
+# constants in one pool (consts.npz, each array once; params.json names the weights' keys), where 1 kept
+# the weights as given and each size its own constants (MobileNetV2's artifact grew 14 MB a size).
+DYNAMIC_FORMAT = "gcpkg-dynamic-2"
+DYNAMIC_MEMBERS = {DYNAMIC_FORMAT: ("source.gir", "consts.npz", "params.json", "dynamic.json")}
 JSON_LIMIT = 256 << 20  # a plan beyond this is no plan gc wrote
 
 
@@ -61,8 +66,17 @@ def plan_head(target: dict) -> dict:
     return head
 
 
-def save(model, path: str | Path) -> None:
-    """Write `model` to `path` atomically (a crash or a full disk leaves an earlier file whole)."""
+def pool_key(a: np.ndarray) -> str:
+    """The key of an array in a dynamic artifact's pool: what its bytes, dtype and shape hash to."""
+    h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
+    h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+    return h.hexdigest()[:32]
+
+
+def save(model, path: str | Path, pool: dict[str, np.ndarray] | None = None) -> None:
+    """Write `model` to `path` atomically (a crash or a full disk leaves an earlier file whole). With
+    `pool` (a size of a dynamic artifact), its constants go into the pool, once each, and the file names
+    their keys (consts.json)."""
     from compiler.files import check_writable
 
     check_writable(path)
@@ -77,7 +91,14 @@ def save(model, path: str | Path) -> None:
             model.lib.export_library(str(lib))
             lib_bytes = lib.read_bytes()
     members["lib.so"] = lib_bytes
-    members["consts.npz"] = lambda fh: write_npz(fh, model.consts)
+    if pool is None:
+        members["consts.npz"] = lambda fh: write_npz(fh, model.consts)
+    else:
+        keys = {}
+        for name, a in model.consts.items():
+            keys[name] = k = pool_key(a)
+            pool.setdefault(k, a)
+        members["consts.json"] = json.dumps(keys).encode()
     if model.source is not None:
         members["source.gir"] = model.source.encode("utf-8")
     # Weights are stored: deflate took 3.3 s of ResNet-50's compile to save 7% of 102 MB.
@@ -164,14 +185,17 @@ class _Reader:
         if not isinstance(manifest, dict):
             raise self.error("manifest.json is not a JSON object")
         self.format = manifest.get("format")
-        if self.format not in (FORMAT, DYNAMIC_FORMAT):
+        if self.format != FORMAT and self.format not in DYNAMIC_MEMBERS:
             raise self.error(f"format {manifest.get('format')!r}, but this gc reads {FORMAT!r}; compile it again")
         hashes = manifest.get("sha256")
         if not isinstance(hashes, dict) or not all(isinstance(v, str) for v in hashes.values()):
             raise self.error("manifest.json has no table of member hashes")
         expected = set(MEMBERS) | (set(OPTIONAL) & set(hashes))
-        if self.format == DYNAMIC_FORMAT:  # a model with ? sizes (codegen/dynamic.py) and its sizes compiled
-            expected = set(DYNAMIC_MEMBERS) | {n for n in hashes if re.fullmatch(r"size-\d{1,6}\.gcpkg|objects-\d{1,6}\.o", n)}
+        if "consts.json" in hashes:  # a size of a dynamic artifact: its constants in the artifact's pool
+            expected = expected - {"consts.npz"} | {"consts.json"}
+        if self.format in DYNAMIC_MEMBERS:  # a model with ? sizes (codegen/dynamic.py) and its sizes compiled
+            expected = set(DYNAMIC_MEMBERS[self.format]) | {
+                n for n in hashes if re.fullmatch(r"size-\d{1,6}\.gcpkg|objects-\d{1,6}\.o", n)}
             expected |= {"kernels.json"} & set(hashes)  # (the kernels built, their object files: KernelStore)
         if set(hashes) != expected:
             raise self.error(f"manifest.json lists {sorted(hashes)}, expected {sorted(expected)}")
@@ -203,7 +227,7 @@ class _Reader:
             raise self.error(f"{name} is not valid JSON ({e})") from None
 
     def plan(self) -> dict:
-        if self.format == DYNAMIC_FORMAT:  # what `gc run` asks before loading: the target and the entry
+        if self.format in DYNAMIC_MEMBERS:  # what `gc run` asks before loading: the target and the entry
             meta = self._json("dynamic.json")
             options = meta.get("options") if isinstance(meta, dict) else None
             if not isinstance(options, dict) or options.get("target") not in ("llvm", "cuda"):
@@ -243,8 +267,9 @@ def read_whole(path: str | Path, sha256: bool = True) -> dict:
         return plan
 
 
-def load(path: str | Path):
-    """The CompiledModel saved at `path`, after every check the module docstring names."""
+def load(path: str | Path, pool: dict[str, np.ndarray] | None = None):
+    """The CompiledModel saved at `path`, after every check the module docstring names; `pool`: the
+    constants of the dynamic artifact whose size it is, where its consts.json names them."""
     import tvm
 
     from compiler.codegen.runtime import CompiledModel, _no_cuda_device
@@ -253,7 +278,7 @@ def load(path: str | Path):
 
     r = _Reader(path)
     with r.zip:
-        if r.format == DYNAMIC_FORMAT:
+        if r.format in DYNAMIC_MEMBERS:
             from compiler.codegen.dynamic import DynamicModel
 
             r.plan()  # its target and entry, checked
@@ -268,7 +293,7 @@ def load(path: str | Path):
                               "no GPU binary; compile it again on this machine")
         elif no_cpu_features(target, plan["cpu_features"]):
             raise r.error(no_cpu_features(target, plan["cpu_features"]))
-        consts = _consts(r, plan)
+        consts = _consts(r, plan, pool)
         source = None
         if "source.gir" in r.hashes:
             try:
@@ -296,14 +321,16 @@ def load(path: str | Path):
     return model
 
 
-def _consts(r: _Reader, plan: dict) -> dict[str, np.ndarray]:
-    try:
-        with np.load(io.BytesIO(r.read("consts.npz")), allow_pickle=False) as c:
-            consts = {k: c[k] for k in c.files}
-    except GCError:
-        raise
-    except Exception as e:  # noqa: BLE001 (NumPy raises ValueError, BadZipFile, OSError... for a bad .npz)
-        raise r.error(f"consts.npz cannot be read ({type(e).__name__}: {e})") from None
+def _consts(r: _Reader, plan: dict, pool: dict[str, np.ndarray] | None = None) -> dict[str, np.ndarray]:
+    if "consts.json" in r.hashes:  # a size of a dynamic artifact
+        if pool is None:
+            raise r.error("its constants are kept by the dynamic artifact it is a size of; load that one")
+        keys = r._json("consts.json")
+        if not isinstance(keys, dict) or not all(isinstance(k, str) and k in pool for k in keys.values()):
+            raise r.error("consts.json names constants that the dynamic artifact's consts.npz does not hold")
+        consts = {name: pool[k] for name, k in keys.items()}
+    else:
+        consts = read_npz(r, "consts.npz")
     for b in plan["buffers"]:
         if b["kind"] != "const":
             continue
@@ -316,6 +343,17 @@ def _consts(r: _Reader, plan: dict) -> dict[str, np.ndarray]:
             raise r.error(f"constant '{b['name']}' is {arr.dtype}{list(arr.shape)}, the plan says "
                           f"{b['dtype']}{b['shape']}")
     return consts
+
+
+def read_npz(r: _Reader, name: str) -> dict[str, np.ndarray]:
+    """The arrays of the member `name`, an .npz (no pickles)."""
+    try:
+        with np.load(io.BytesIO(r.read(name)), allow_pickle=False) as c:
+            return {k: c[k] for k in c.files}
+    except GCError:
+        raise
+    except Exception as e:  # noqa: BLE001 (NumPy raises ValueError, BadZipFile, OSError... for a bad .npz)
+        raise r.error(f"{name} cannot be read ({type(e).__name__}: {e})") from None
 
 
 # --- the plan's structure -------------------------------------------------------------------------------

@@ -14,9 +14,11 @@ no expressions of its arguments' (a size computed from data) or attributes are t
 size is compiled as a static module at its first call, through the compile cache.
 
 The artifact (`save`, `compiler.load`) is a zip like a .gcpkg (artifact.py) with the module's text as
-given (source.gir), the bound weights (params.npz), the compile options (dynamic.json) and every size
-compiled so far, each a whole static .gcpkg (size-<i>.gcpkg, each with the one library of every kernel
-built so far), and on the CPU the kernels built (kernels.json and their object files objects-<i>.o:
+given (source.gir), the compile options (dynamic.json), every size compiled so far, each a static .gcpkg
+(size-<i>.gcpkg, each with the one library of every kernel built so far) whose constants are named by
+key (consts.json), the pool of every array once (consts.npz: the bound weights, whose keys params.json
+names, and each size's constants, which sizes share: prepacked weights do not repeat per size), and on
+the CPU the kernels built (kernels.json and their object files objects-<i>.o:
 build.KernelStore.to_json): a loaded model compiles nothing at a size it was saved with, and at a new one
 symbolizes its source again and finds its kernels among the saved ones (`gc compile` builds them before
 saving: `warm`). A CUDA library carries device code that no linker joins, so a loaded CUDA model builds
@@ -42,6 +44,14 @@ _UNSET = object()
 
 def _number(name: str) -> int:
     return int(name.split("-", 1)[1].split(".", 1)[0])
+
+
+def _pooled(pool: dict[str, np.ndarray], a: np.ndarray) -> str:
+    from compiler.codegen.artifact import pool_key
+
+    k = pool_key(a)
+    pool.setdefault(k, a)
+    return k
 
 
 class DynamicModel:
@@ -237,22 +247,24 @@ class DynamicModel:
 
     def save(self, path: str | Path) -> None:
         """Write the model, and every size compiled so far, as one zip at `path`, atomically."""
+        from compiler.codegen import artifact
         from compiler.codegen.artifact import DYNAMIC_FORMAT, write_members
         from compiler.files import check_writable
 
         check_writable(path)
-        members: dict[str, bytes] = {"source.gir": self.text.encode()}
-        buf = io.BytesIO()
-        np.savez(buf, **self.params)
-        members["params.npz"] = buf.getvalue()
+        members: dict = {"source.gir": self.text.encode()}
+        # Every array once: the weights as given and each size's constants (sizes share prepacked weights).
+        pool: dict[str, np.ndarray] = {}
+        members["params.json"] = json.dumps({n: _pooled(pool, a) for n, a in self.params.items()}).encode()
         sizes, values = [], []
         with tempfile.TemporaryDirectory() as tmp:
             for i, ((shapes, vkey), model) in enumerate(self._models.items()):
                 p = Path(tmp) / f"{i}.gcpkg"
-                model.save(p)
+                artifact.save(model, p, pool=pool)
                 members[f"size-{i}.gcpkg"] = p.read_bytes()
                 sizes.append([list(s) for s in shapes])
                 values.append([[n, d, list(e)] for n, d, e in vkey])
+        members["consts.npz"] = lambda fh: artifact.write_npz(fh, pool)
         members["dynamic.json"] = json.dumps({"options": asdict(self.options), "name": self.name,
                                               "sizes": sizes, "values": values}).encode()
         store = self.kernels.to_json() if self.kernels is not None else None
@@ -272,15 +284,16 @@ class DynamicModel:
         try:
             meta = json.loads(members["dynamic.json"])
             options = driver.Options(**meta["options"])
-            with np.load(io.BytesIO(members["params.npz"]), allow_pickle=False) as z:
-                params = {k: z[k] for k in z.files}
+            with np.load(io.BytesIO(members["consts.npz"]), allow_pickle=False) as z:
+                pool = {k: z[k] for k in z.files}
+            params = {n: pool[k] for n, k in json.loads(members["params.json"]).items()}
             sizes = [tuple(tuple(int(d) for d in s) for s in key) for key in meta["sizes"]]
             # The values of the arguments that attributes take, per size (none before those existed).
             values = [tuple((str(n), str(np.dtype(d)), tuple(e)) for n, d, e in v)
                       for v in meta.get("values", [[] for _ in sizes])]
             if len(values) != len(sizes):
                 raise ValueError("one list of values per size")
-        except (KeyError, TypeError, ValueError, json.JSONDecodeError, zipfile.BadZipFile) as e:
+        except (KeyError, TypeError, ValueError, AttributeError, json.JSONDecodeError, zipfile.BadZipFile) as e:
             raise GCError(f"{path}: a damaged dynamic artifact ({type(e).__name__}: {e})") from None
         try:
             text = members["source.gir"].decode("utf-8")
@@ -291,7 +304,7 @@ class DynamicModel:
         model._set_params(params)
         objects = [members[n] for n in sorted((n for n in members if n.startswith("objects-")), key=_number)]
         kernels = {"kernels.json"} if "kernels.json" in members else set()
-        if set(members) != {"source.gir", "params.npz", "dynamic.json", *kernels,
+        if set(members) != {"source.gir", "dynamic.json", "params.json", "consts.npz", *kernels,
                             *(f"size-{i}.gcpkg" for i in range(len(sizes))), *(f"objects-{i}.o" for i in range(len(objects)))}:
             raise GCError(f"{path}: its sizes and its size-<i>.gcpkg members differ, or its objects-<i>.o and "
                           "kernels.json")
@@ -301,7 +314,7 @@ class DynamicModel:
                     raise GCError(f"{path}: size-{i}'s values are not those of the arguments its attributes take")
                 p = Path(tmp) / f"{i}.gcpkg"
                 p.write_bytes(members[f"size-{i}.gcpkg"])
-                model._models[(key, vkey)] = artifact.load(p)
+                model._models[(key, vkey)] = artifact.load(p, pool)
         if kernels and options.target == "llvm" and not any(m.unavailable for m in model._models.values()):
             from compiler.codegen.build import KernelStore
             from compiler.codegen.target import make_target

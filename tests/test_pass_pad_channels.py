@@ -33,10 +33,54 @@ def test_a_conv_of_odd_channels_takes_the_vector_rule_and_writes_only_its_channe
     np.testing.assert_allclose(model(inputs["x"])[0], want, rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("text", [conv(12), conv(24), conv(6), conv(10, groups=10)],
-                         ids=["multiple-of-4", "a third more", "few", "grouped"])
-def test_what_needs_no_padding_or_cannot_take_it_stays(text: str) -> None:
+@pytest.fixture(params=[False, True], ids=["halves-fma", "wide-fma"])
+def wide(request, monkeypatch) -> bool:
+    """The answer of target.wide_fma the pass sees: each rule tested on every host."""
+    from compiler.codegen import target
+
+    monkeypatch.setattr(target, "wide_fma", lambda: request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("text", [conv(12), conv(24), conv(6), conv(8), conv(10, groups=10)],
+                         ids=["multiple-of-4", "a third more", "few", "twice as many", "grouped"])
+def test_what_needs_no_padding_or_cannot_take_it_stays(text: str, wide: bool) -> None:
+    if wide and text in (conv(12), conv(24)):
+        return  # a whole register pays on a wide FMA unit (below)
     assert_pass_leaves_alone(text, "pad-channels", "convs-padded")
+
+
+@pytest.mark.parametrize("o, padded", [(12, 16), (24, 32), (40, 48), (116, 128), (8, None)])
+def test_a_cpu_with_wide_fmas_pads_to_whole_registers(monkeypatch, o: int, padded: int | None) -> None:
+    """Where a 512-bit FMA runs as fast as a 256-bit one, a conv whose channels fill no whole register
+    computes padded ones where that adds up to half of them (not 8 -> 16); the result is unchanged."""
+    from compiler.codegen import target
+
+    monkeypatch.setattr(target, "wide_fma", lambda: True)
+    text = conv(o)
+    module = parse(text)
+    inputs = random_inputs(module["main"], 0, module)
+    want = run(module, inputs)[0]
+    module = parse(text)
+    from compiler.builder import bind_arguments
+
+    bind_arguments(module["main"], {"w": inputs["w"], "b": inputs["b"]})
+    run_pipeline(module, parse_pipeline("pad-channels"))
+    convs = [op for op in module["main"].ops if op.name == "graph.conv2d"]
+    assert [c.result.type.shape[1] for c in convs] == [padded or o]
+    np.testing.assert_allclose(run(module, {"x": inputs["x"]})[0], want, rtol=1e-5, atol=1e-6)
+
+
+def test_wide_fma_is_measured_only_for_this_hosts_avx512(monkeypatch) -> None:
+    from compiler.codegen import target
+
+    assert isinstance(target.wide_fma(), bool)
+    target.wide_fma.cache_clear()
+    monkeypatch.setenv("GC_CPU", "znver3")
+    try:
+        assert target.wide_fma() is False  # code for another CPU: nothing to measure it on
+    finally:
+        target.wide_fma.cache_clear()
 
 
 def test_weights_passed_per_call_stay() -> None:

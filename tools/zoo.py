@@ -238,51 +238,16 @@ FMA_LOOP = 20_000_000  # iterations of the FMA-peak loop: about a second at 3 GH
 def fma_peak(threads: int) -> float | None:
     """The machine's FMA peak, GFLOP/s: `threads` threads each running a loop of independent vector FMAs
     (registers - 4 chains: more than FMA latency x pipes, none spilled), JIT-compiled for this CPU by
-    llvmlite; ctypes calls release the GIL, so the threads run at once. None without llvmlite."""
-    try:
-        import ctypes
-        import threading
+    llvmlite (`target.fma_loop`); ctypes calls release the GIL, so the threads run at once. None without
+    llvmlite."""
+    import threading
 
-        import llvmlite.binding as llvm
-    except ImportError:
-        return None
-    from compiler.codegen.target import cpu
+    from compiler.codegen.target import cpu, fma_loop
 
     lanes, chains = cpu().lanes("float32"), cpu().registers - 4
-    v = f"<{lanes} x float>"
-    phis = "\n".join(f"  %a{c} = phi {v} [ %init, %entry ], [ %n{c}, %loop ]" for c in range(chains))
-    fmas = "\n".join(f"  %n{c} = call {v} @llvm.fma.v{lanes}f32({v} %a{c}, {v} %m, {v} %k)" for c in range(chains))
-    sums = "\n".join(f"  %s{c} = fadd {v} %s{c - 1}, %n{c}" for c in range(1, chains))
-    ir = f"""declare {v} @llvm.fma.v{lanes}f32({v}, {v}, {v})
-define float @spin(i64 %iters, float %x) {{
-entry:
-  %x0 = insertelement {v} undef, float %x, i32 0
-  %init = shufflevector {v} %x0, {v} undef, <{lanes} x i32> zeroinitializer
-  %m = fadd {v} %init, %init
-  %k = fsub {v} %init, %init
-  br label %loop
-loop:
-  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]
-{phis}
-{fmas}
-  %i1 = add i64 %i, 1
-  %done = icmp eq i64 %i1, %iters
-  br i1 %done, label %exit, label %loop
-exit:
-  %s0 = fadd {v} %n0, %k
-{sums}
-  %r = extractelement {v} %s{chains - 1}, i32 0
-  ret float %r
-}}
-"""
-    llvm.initialize_native_target()
-    llvm.initialize_native_asmprinter()
-    mod = llvm.parse_assembly(ir)
-    machine = llvm.Target.from_default_triple().create_target_machine(
-        cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=2)
-    engine = llvm.create_mcjit_compiler(mod, machine)
-    engine.finalize_object()
-    spin = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float)(engine.get_function_address("spin"))
+    spin = fma_loop(lanes, chains)
+    if spin is None:
+        return None
     spin(1000, 1.0)
     seconds = [0.0] * threads
 

@@ -169,6 +169,80 @@ def _cache_bytes(level: int, default: int) -> int:
     return default
 
 
+def fma_loop(lanes: int, chains: int):
+    """A function of (iterations, x) running `chains` independent chains of `lanes`-wide f32 FMAs,
+    JIT-compiled for this CPU by llvmlite (ctypes calls release the GIL, so threads run it at once); None
+    without llvmlite. What the FMA peak (tools/zoo.py) and `wide_fma` measure with."""
+    try:
+        import ctypes
+
+        import llvmlite.binding as llvm
+    except ImportError:
+        return None
+    v = f"<{lanes} x float>"
+    phis = "\n".join(f"  %a{c} = phi {v} [ %init, %entry ], [ %n{c}, %loop ]" for c in range(chains))
+    fmas = "\n".join(f"  %n{c} = call {v} @llvm.fma.v{lanes}f32({v} %a{c}, {v} %m, {v} %k)" for c in range(chains))
+    sums = "\n".join(f"  %s{c} = fadd {v} %s{c - 1}, %n{c}" for c in range(1, chains))
+    ir = f"""declare {v} @llvm.fma.v{lanes}f32({v}, {v}, {v})
+define float @spin(i64 %iters, float %x) {{
+entry:
+  %x0 = insertelement {v} undef, float %x, i32 0
+  %init = shufflevector {v} %x0, {v} undef, <{lanes} x i32> zeroinitializer
+  %m = fadd {v} %init, %init
+  %k = fsub {v} %init, %init
+  br label %loop
+loop:
+  %i = phi i64 [ 0, %entry ], [ %i1, %loop ]
+{phis}
+{fmas}
+  %i1 = add i64 %i, 1
+  %done = icmp eq i64 %i1, %iters
+  br i1 %done, label %exit, label %loop
+exit:
+  %s0 = fadd {v} %n0, %k
+{sums}
+  %r = extractelement {v} %s{chains - 1}, i32 0
+  ret float %r
+}}
+"""
+    try:
+        llvm.initialize_native_target()
+        llvm.initialize_native_asmprinter()
+        machine = llvm.Target.from_default_triple().create_target_machine(
+            cpu=llvm.get_host_cpu_name(), features=llvm.get_host_cpu_features().flatten(), opt=2)
+        engine = llvm.create_mcjit_compiler(llvm.parse_assembly(ir), machine)
+        engine.finalize_object()
+    except Exception:  # noqa: BLE001 (an LLVM that cannot JIT here)
+        return None
+    spin = ctypes.CFUNCTYPE(ctypes.c_float, ctypes.c_int64, ctypes.c_float)(engine.get_function_address("spin"))
+    spin._engine = engine  # the code lives as long as the engine
+    return spin
+
+
+@lru_cache(maxsize=1)
+def wide_fma() -> bool:
+    """Whether this CPU runs a 512-bit FMA at the rate of a 256-bit one (its FP units 512 bits wide: Zen 5
+    desktop and server, Intel's Xeons), rather than as two 256-bit halves (Zen 4, Zen 5 mobile): then a
+    half-register vector does half the work a whole one would, and padding channels to whole registers
+    pays where it would not on a double-pumped unit. Measured, not looked up (the same LLVM CPU name
+    covers both kinds): the same count of 16- and 8-lane FMAs, fastest of five turns each; False where
+    kernels are not built for this host's AVX-512 (GC_CPU) or it cannot be measured."""
+    import time
+
+    if cpu().vector_bytes < 64 or os.environ.get("GC_CPU"):
+        return False
+    wide, half = fma_loop(16, 24), fma_loop(8, 24)
+    if wide is None or half is None:
+        return False
+    best = {16: float("inf"), 8: float("inf")}
+    for _ in range(5):  # in turns: a host whose speed drifts slows both alike
+        for lanes, f in ((16, wide), (8, half)):
+            t = time.perf_counter()
+            f(100_000, 0.5)
+            best[lanes] = min(best[lanes], time.perf_counter() - t)
+    return best[16] < 1.5 * best[8]
+
+
 def cuda_arch() -> str:
     """The arch of GPU 0 if one is present, else sm_80."""
     import tvm

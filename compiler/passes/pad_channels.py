@@ -11,7 +11,8 @@ are padded too where that adds at most `waste` of them: 116 = 4 x 29 took vector
 of an AVX-512 register (116 -> 116 at 28x28: 375 -> 150 us, ShuffleNetV2 4.28 -> 3.56 ms on Zen 4), and
 1000 classes vectors of 8. On a CPU whose 512-bit FMAs run at the rate of 256-bit ones (`target.wide_fma`:
 Zen 5 server, Intel Xeons; not Zen 4, which splits them in two halves) a half-register vector does half
-the work a whole one would, so channels are padded where that adds up to half of them (`wide_waste`):
+the work a whole one would, so channels are padded where that adds up to half of them (`wide_waste`)
+and each output sums enough products to be bound by its FMAs (`FMA_BOUND_SUM`):
 EfficientNet-B0's 40-channel 1x1 convs at 28x28 took 8-lane vectors at 36-39% of this Zen 5's FMA peak;
 padded to 48 their kernels take 0.55-0.65x the time, the model 0.96x (MobileNetV2's 24 -> 32: 0.98x).
 Grouped convolutions, convolutions of fewer than 8 channels and weights passed per call are left alone.
@@ -19,6 +20,7 @@ Grouped convolutions, convolutions of fewer than 8 channels and weights passed p
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -29,6 +31,8 @@ from compiler.ir import Module, Value
 from compiler.passes import Pass
 from compiler.rewrite import rewrite
 from dialects.graph import creation, nn
+
+FMA_BOUND_SUM = 64  # products an output sums from which a conv counts as bound by its FMAs
 
 
 def _constant(v: Value | None) -> bool:
@@ -49,7 +53,7 @@ class PadChannels(Pass):
     def run(self, module: Module) -> None:
         from compiler.codegen.target import wide_fma
 
-        self._waste = self.wide_waste if wide_fma() else self.waste
+        self._wide = wide_fma()
         padded: Counter = Counter()
         rewrite(module, [self.pad], padded)
         self.stats["convs-padded"] += sum(padded.values())
@@ -57,11 +61,17 @@ class PadChannels(Pass):
     def pad(self, op: nn.Conv2d, b: Builder) -> Value | None:
         if not isinstance(op, nn.Conv2d) or op.groups != 1 or not op.result.type.dtype.is_float:
             return None
+        if not (_constant(op.w) and _constant(op.b)):
+            return None
         o = op.result.type.shape[1]
         extra = -o % self.multiple
         # No vector of 4 divides it, or a few more channels make whole registers of it (116 -> 128).
-        worth = o % 4 != 0 or extra <= o * self._waste
-        if not extra or not worth or o < 8 or not (_constant(op.w) and _constant(op.b)):
+        # On a wide FMA unit half registers halve a conv's FMA rate, which bounds it where each output sums
+        # enough products; a short sum (an RGB stem's 27) is bound by its writes, which padding only adds to
+        # (ShuffleNetV2's 3 -> 24 stem padded to 32: 70 -> 98 us on a Zen 5).
+        fma_bound = self._wide and math.prod(op.w.type.shape[1:]) >= FMA_BOUND_SUM
+        worth = o % 4 != 0 or extra <= o * (self.wide_waste if fma_bound else self.waste)
+        if not extra or not worth or o < 8:
             return None
         w = op.w.owner.value.array
         weights = b.constant(np.concatenate([w, np.zeros((extra, *w.shape[1:]), w.dtype)]), op.w.type.dtype)

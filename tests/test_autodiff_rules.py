@@ -204,13 +204,13 @@ def test_reduce_prod_rule_where_rows_hold_zeros() -> None:
 
 def test_every_differentiable_op_is_checked_against_central_differences() -> None:
     # Comparisons and argmax have integer results: nothing flows back through them (tested below).
-    # The bitwise ops and shifts take and give integers only; numel counts elements and shape gives sizes,
-    # whatever the values.
+    # The bitwise ops and shifts take and give integers only; numel counts elements, shape gives sizes and
+    # iota indices, whatever the values (iota: below).
     # grid_sample has no rule (it raises: its input's gradient would scatter-add into the image), nor has
     # cumprod (its product rule divides by elements that may be 0).
     unchecked = {"graph.call", "graph.constant", "graph.equal", "graph.less", "graph.greater", "graph.argmax",
                  "graph.where", "graph.bitwise_and", "graph.bitwise_or", "graph.bitwise_xor", "graph.bitwise_not",
-                 "graph.shift_left", "graph.shift_right", "graph.numel", "graph.shape",
+                 "graph.shift_left", "graph.shift_right", "graph.numel", "graph.shape", "graph.iota",
                  "graph.grid_sample", "graph.cumprod"}  # fmt: skip
     checked = {f"graph.{name}" for name, _, _ in CASES}
     missing = sorted(op.name for op in GRAPH.ops if op.name not in checked | unchecked)
@@ -266,6 +266,19 @@ func @main(%x: tensor<3x4xf64>) -> tensor<f64> {
 }"""
     _, dx = grad_of(text, {"x": np.arange(12.0).reshape(3, 4)})
     np.testing.assert_array_equal(dx, np.zeros((3, 4)))
+
+
+def test_iota_passes_no_gradient_to_the_values_it_takes_its_shape_from() -> None:
+    text = """
+func @main(%x: tensor<3x4xf64>) -> tensor<f64> {
+  %i = graph.iota(%x) {axis = 1}
+  %m = graph.mul(%i, %x)
+  %l = graph.reduce_sum(%m)
+  return %l
+}"""
+    x = np.arange(12.0).reshape(3, 4)
+    _, dx = grad_of(text, {"x": x})
+    np.testing.assert_array_equal(dx, np.broadcast_to(np.arange(4.0), (3, 4)))  # d(i * x)/dx = i, nothing via i
 
 
 def test_gather_adds_the_gradient_of_repeated_and_negative_indices() -> None:

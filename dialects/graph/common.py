@@ -67,6 +67,15 @@ def require_numeric(op: Op, t: TensorType, what: str = "operand") -> None:
         raise op.error(f"{what} must be numeric, got {t}")
 
 
+def along_axis(op: Op, x: TensorType) -> TensorType:
+    """The shape rule of an op that walks `op.axis` of a numeric x and gives x's type (cumsum, iota)."""
+    require_numeric(op, x)
+    if x.rank == 0:
+        raise op.error(f"operand must have rank >= 1, got {x}")
+    normalize_axis(op, op.axis, x.rank)
+    return x
+
+
 def require_int(op: Op, t: TensorType, what: str = "operand") -> None:
     if not t.dtype.is_int:
         raise op.error(f"{what} must be an integer tensor, got {t}")

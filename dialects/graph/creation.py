@@ -24,7 +24,7 @@ from compiler.ir import (
     kernel_shape,
     operand,
 )
-from dialects.graph.common import normalize_axes, normalize_axis, require_numeric, size_value
+from dialects.graph.common import along_axis, normalize_axes, size_value
 
 if TYPE_CHECKING:
     from compiler.builder import Builder
@@ -255,11 +255,7 @@ class Iota(Op, name="graph.iota"):
     axis = attribute(int, 0)
 
     def infer(self, x: TensorType) -> TensorType:
-        require_numeric(self, x)
-        if x.rank == 0:
-            raise self.error(f"operand must have rank >= 1, got {x}")
-        normalize_axis(self, self.axis, x.rank)
-        return x
+        return along_axis(self, x)
 
     def flops(self) -> int:
         return 0

@@ -14,6 +14,7 @@ import numpy as np
 
 from compiler.ir import DType, Op, TensorType, Value, attribute, kernel_shape, operand
 from dialects.graph.common import (
+    along_axis,
     broadcast_like,
     extreme_reducer,
     normalize_axes,
@@ -334,11 +335,7 @@ class Cumsum(Op, name="graph.cumsum"):
     reverse = attribute(bool, False, doc="sum from the end of the axis")
 
     def infer(self, x: TensorType) -> TensorType:
-        require_numeric(self, x)
-        if x.rank == 0:
-            raise self.error(f"operand must have rank >= 1, got {x}")
-        normalize_axis(self, self.axis, x.rank)
-        return x
+        return along_axis(self, x)
 
     def reference(self, x: np.ndarray) -> np.ndarray:
         axis = self.axis % x.ndim

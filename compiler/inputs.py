@@ -13,7 +13,7 @@ import re
 import numpy as np
 
 from compiler.diagnostics import GCError
-from compiler.ir import DType, Func, Module, Sym, TensorType, Value, bind_sizes, evaluate_dim, fits, known
+from compiler.ir import DType, Func, Module, Sym, TensorType, Value, bind_sizes, evaluate_dim, fits, is_bf16, known
 
 
 def load_npz(path: str) -> dict[str, np.ndarray]:
@@ -59,7 +59,7 @@ def castable(have: np.dtype, want: np.dtype) -> bool:
 
 
 def _kind(dt: np.dtype) -> str:
-    if dt.kind == "f" or dt == DType.bf16.np:
+    if dt.kind == "f" or is_bf16(dt):
         return "float"
     return "int" if dt.kind in "iu" else dt.kind
 
@@ -78,8 +78,7 @@ def narrowed(name: str, x: np.ndarray, want: np.dtype, loc=None) -> np.ndarray:
 
 def restore_bf16(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     """bf16 arrays read from an .npy/.npz (stored as raw 2-byte voids, '|V2') as bf16 again."""
-    bf16 = DType.bf16.np
-    return {k: x.view(bf16) if x.dtype.kind == "V" and x.dtype.itemsize == 2 and x.dtype.names is None else x
+    return {k: x.view(DType.bf16.np) if x.dtype.kind == "V" and x.dtype.itemsize == 2 and x.dtype.names is None else x
             for k, x in arrays.items()}
 
 
@@ -88,8 +87,7 @@ def save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     At exactly `path`: np.savez given a name adds `.npz` to it."""
     from compiler.files import write_atomic
 
-    bf16 = DType.bf16.np
-    write_atomic(path, lambda fh: np.savez(fh, **{k: x.astype(np.float32) if x.dtype == bf16 else x
+    write_atomic(path, lambda fh: np.savez(fh, **{k: x.astype(np.float32) if is_bf16(x.dtype) else x
                                                   for k, x in arrays.items()}))
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import enum
+import functools
 import math
 from dataclasses import dataclass
 from typing import Any, ClassVar, Iterator
 
-import ml_dtypes
 import numpy as np
 
 from compiler.diagnostics import GCError, Location
@@ -40,7 +40,7 @@ class DType(enum.Enum):
 
     @property
     def np(self) -> np.dtype:
-        return _NUMPY[self]
+        return _NUMPY[self] if self is not DType.bf16 else _bf16()
 
     @property
     def is_float(self) -> bool:
@@ -69,15 +69,30 @@ class DType(enum.Enum):
 
     @staticmethod
     def from_numpy(dt: np.dtype) -> DType:
+        if is_bf16(np.dtype(dt)):
+            return DType.bf16
         for k, v in _NUMPY.items():
             if np.dtype(dt) == v:
                 return k
         raise ValueError(f"no GIR dtype for numpy dtype {dt}")
 
 
+@functools.cache
+def _bf16() -> np.dtype:
+    # ml_dtypes is imported at the first bf16 value: its import takes 0.5 s (it registers its ufunc loops one
+    # by one), which every gc command that never meets a bf16 (a compile from the cache) would pay.
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def is_bf16(dt: np.dtype) -> bool:
+    """Whether a NumPy dtype is ml_dtypes' bfloat16, without importing ml_dtypes."""
+    return dt.name == "bfloat16" and dt.itemsize == 2
+
+
 _NUMPY = {
     DType.f16: np.dtype(np.float16),
-    DType.bf16: np.dtype(ml_dtypes.bfloat16),
     DType.f32: np.dtype(np.float32),
     DType.f64: np.dtype(np.float64),
     DType.i1: np.dtype(np.bool_),
@@ -1041,7 +1056,7 @@ class Op:
     def evaluate(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         """Run `reference` and cast each result to its declared type."""
         # Low-precision floats are computed in f32 and rounded once, as compiled code does.
-        arrays = [a.astype(np.float32) if a.dtype in _LOW_FLOATS else a for a in arrays]
+        arrays = [a.astype(np.float32) if a.dtype == np.float16 or is_bf16(a.dtype) else a for a in arrays]
         with np.errstate(all="ignore"):  # inf and nan are IEEE results, not user errors
             out = self.reference(*self._group(list(arrays)))
         outs = (out,) if not isinstance(out, (tuple, list)) else out
@@ -1083,7 +1098,6 @@ class Op:
         return print_op(self)
 
 
-_LOW_FLOATS = (np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16))
 
 
 def _hashable(v):

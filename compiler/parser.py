@@ -12,7 +12,6 @@ from functools import lru_cache
 from pathlib import Path
 
 import lark
-import ml_dtypes
 import numpy as np
 
 from compiler.diagnostics import Diagnostic, DiagnosticCollector, GCError, Location, Source
@@ -485,6 +484,8 @@ class _Builder:
         overflow = np.isinf(values.astype(np.float64)) & np.isfinite(source) if ty.dtype.is_float else None
         if overflow is not None and overflow.any():
             big = source.reshape(-1)[np.flatnonzero(overflow)[0]]
+            import ml_dtypes  # (only here: its import costs every command 0.5 s, compiler/ir.py's _bf16)
+
             raise GCError(f"dense value {big:g} is out of range for {ty.dtype} "
                           f"(largest {float(ml_dtypes.finfo(ty.dtype.np).max):g}; write inf for infinity)", loc)
         try:

@@ -144,6 +144,26 @@ def test_gc_compile_copies_a_cached_artifact(cache_dir: Path, tmp_path: Path) ->
     assert len(entries(cache_dir)) == 1
 
 
+def test_a_compile_from_the_cache_imports_neither_tvm_nor_ml_dtypes(cache_dir: Path, tmp_path: Path) -> None:
+    """What makes an unchanged model's compile take well under a second: TVM (1 s to import) and ml_dtypes
+    (0.5 s: it registers its ufunc loops one by one) are imported only where a kernel is built or a bf16
+    value is met, so a compile answered from the cache loads neither."""
+    import subprocess
+    import sys
+
+    data, params = weights(MLP)
+    np.savez(tmp_path / "w.npz", **params)
+    args = ["compile", str(MLP), "--params", str(tmp_path / "w.npz"), "-o", str(tmp_path / "m.gcpkg")]
+    assert gc(*args, env={**os.environ}).returncode == 0
+    probe = ("import sys; from compiler import cli\n"
+             "try:\n    cli.main(sys.argv[1:])\nexcept SystemExit:\n    pass\n"
+             "print(sorted(m for m in ('tvm', 'tvm_ffi', 'ml_dtypes') if m in sys.modules))")
+    r = subprocess.run([sys.executable, "-c", probe, *args], capture_output=True, text=True, env={**os.environ},
+                       cwd=ROOT)
+    assert "from the compile cache" in r.stderr, r.stderr
+    assert r.stdout.strip() == "[]"
+
+
 def test_gc_compile_never_copies_a_damaged_entry(cache_dir: Path, tmp_path: Path) -> None:
     """A byte changed inside the weights of the cached file: every member's hash is checked before the copy,
     so the model is compiled again and what gc compile writes loads."""

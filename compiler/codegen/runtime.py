@@ -18,11 +18,10 @@ import numpy as np
 from compiler.codegen.plan import Plan, Step
 from compiler.diagnostics import GCError
 from compiler.inputs import castable, narrowed
-from compiler.ir import DType
+from compiler.ir import DType, is_bf16
 from dialects.mem import padded_shape, padded_strides
 
 ALIGN = 64
-_BF16 = np.dtype(DType.bf16.np)
 
 
 class CompiledModel:
@@ -65,7 +64,7 @@ class CompiledModel:
         # Inputs that always go through staging: on a GPU; NumPy bf16 (no DLPack form); empty arrays (zero
         # strides, which TVM rejects).
         on_gpu = target["kind"] == "cuda"
-        self._always_stage = [on_gpu or dt == _BF16 or 0 in shape for shape, dt in self.arg_types]
+        self._always_stage = [on_gpu or is_bf16(np.dtype(dt)) or 0 in shape for shape, dt in self.arg_types]
         self._results = plan.results
         # Idle workspaces; list.pop and list.append are atomic, so taking one needs no lock. The first is
         # made by the first call: compiling or saving a model allocates no arena.
@@ -206,7 +205,7 @@ class CompiledModel:
             # Only into a compact result (never a bordered buffer's strided interior, which no plan gc makes
             # returns, but a plan is checked, not trusted).
             compact = self.plan.buffers[self._results[i]].kind in ("temp", "view")
-            ok = (compact and self.target["kind"] != "cuda" and o.flags.c_contiguous and dtype != _BF16 and o.size > 0
+            ok = (compact and self.target["kind"] != "cuda" and o.flags.c_contiguous and not is_bf16(np.dtype(dtype)) and o.size > 0
                   and (self._unaligned_ok or o.__array_interface__["data"][0] % ALIGN == 0)
                   and sum(1 for r in self._results if r == self._results[i]) == 1)
             if ok:

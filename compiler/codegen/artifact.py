@@ -66,14 +66,26 @@ def plan_head(target: dict) -> dict:
     return head
 
 
-def pool_key(a: np.ndarray) -> str:
-    """The key of an array in a dynamic artifact's pool: what its bytes, dtype and shape hash to."""
-    h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
-    h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
-    return h.hexdigest()[:32]
+class ArrayPool:
+    """A dynamic artifact's arrays, each once, keyed by a hash of its bytes, dtype and shape. Sizes share
+    their prepacked weights as the same objects: each object is hashed once."""
+
+    def __init__(self):
+        self.arrays: dict[str, np.ndarray] = {}
+        self._keys: dict[int, str] = {}  # id of an array (kept alive in `arrays`) -> its key
+
+    def add(self, a: np.ndarray) -> str:
+        k = self._keys.get(id(a))
+        if k is None:
+            h = hashlib.sha256(f"{a.dtype.str}{a.shape}".encode())
+            h.update(np.ascontiguousarray(a).reshape(-1).view(np.uint8))
+            k = h.hexdigest()[:32]
+            a = self.arrays.setdefault(k, a)
+            self._keys[id(a)] = k
+        return k
 
 
-def save(model, path: str | Path, pool: dict[str, np.ndarray] | None = None) -> None:
+def save(model, path: str | Path, pool: ArrayPool | None = None) -> None:
     """Write `model` to `path` atomically (a crash or a full disk leaves an earlier file whole). With
     `pool` (a size of a dynamic artifact), its constants go into the pool, once each, and the file names
     their keys (consts.json)."""
@@ -94,11 +106,7 @@ def save(model, path: str | Path, pool: dict[str, np.ndarray] | None = None) -> 
     if pool is None:
         members["consts.npz"] = lambda fh: write_npz(fh, model.consts)
     else:
-        keys = {}
-        for name, a in model.consts.items():
-            keys[name] = k = pool_key(a)
-            pool.setdefault(k, a)
-        members["consts.json"] = json.dumps(keys).encode()
+        members["consts.json"] = json.dumps({name: pool.add(a) for name, a in model.consts.items()}).encode()
     if model.source is not None:
         members["source.gir"] = model.source.encode("utf-8")
     # Weights are stored: deflate took 3.3 s of ResNet-50's compile to save 7% of 102 MB.

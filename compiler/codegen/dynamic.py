@@ -46,14 +46,6 @@ def _number(name: str) -> int:
     return int(name.split("-", 1)[1].split(".", 1)[0])
 
 
-def _pooled(pool: dict[str, np.ndarray], a: np.ndarray) -> str:
-    from compiler.codegen.artifact import pool_key
-
-    k = pool_key(a)
-    pool.setdefault(k, a)
-    return k
-
-
 class DynamicModel:
     """Call it with NumPy arrays (positional or by argument name) of any sizes its `?` dimensions allow; it
     returns a list of NumPy arrays. Thread-safe: a size's compile happens once, under a lock."""
@@ -254,8 +246,8 @@ class DynamicModel:
         check_writable(path)
         members: dict = {"source.gir": self.text.encode()}
         # Every array once: the weights as given and each size's constants (sizes share prepacked weights).
-        pool: dict[str, np.ndarray] = {}
-        members["params.json"] = json.dumps({n: _pooled(pool, a) for n, a in self.params.items()}).encode()
+        pool = artifact.ArrayPool()
+        members["params.json"] = json.dumps({n: pool.add(a) for n, a in self.params.items()}).encode()
         sizes, values = [], []
         with tempfile.TemporaryDirectory() as tmp:
             for i, ((shapes, vkey), model) in enumerate(self._models.items()):
@@ -264,7 +256,7 @@ class DynamicModel:
                 members[f"size-{i}.gcpkg"] = p.read_bytes()
                 sizes.append([list(s) for s in shapes])
                 values.append([[n, d, list(e)] for n, d, e in vkey])
-        members["consts.npz"] = lambda fh: artifact.write_npz(fh, pool)
+        members["consts.npz"] = lambda fh: artifact.write_npz(fh, pool.arrays)
         members["dynamic.json"] = json.dumps({"options": asdict(self.options), "name": self.name,
                                               "sizes": sizes, "values": values}).encode()
         store = self.kernels.to_json() if self.kernels is not None else None

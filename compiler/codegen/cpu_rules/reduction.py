@@ -92,9 +92,9 @@ def apply(sch: s_tir.Schedule, ctx: Context | None = None) -> bool:
     # known only at run time (a sequence's) every stage folds, the exp computed twice: such a row buffer's
     # region, inferred from the partial reduction's padded vectors, reaches past the row (the softmax at
     # 384 as it is: 144 us against 108-155 for its static schedule, which keeps the buffer; Zen 4).
-    costly = all(extent(sch, lp) is not None for r in reductions for lp in sch.get_loops(r)[rows:])
+    static_row = all(extent(sch, lp) is not None for r in reductions for lp in sch.get_loops(r)[rows:])
     cheap = [b for b in bl[:-1]
-             if not costly or len(sch.get_consumers(b)) < 2 or _size(sch.get(b).body.value) < COSTLY]
+             if not static_row or len(sch.get_consumers(b)) < 2 or _size(sch.get(b).body.value) < COSTLY]
     inline_spatial(sch, cheap)
     out = blocks(sch)[-1]
     if len(sch.get_loops(out)) < rows:
